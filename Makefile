@@ -1,0 +1,123 @@
+# strata: plain Makefile. `make` builds build/strata; `make test` runs the
+# default suite (a few minutes on 2 cores); `make help` lists every target.
+#
+# Layout: src/ is the library (libstrata.a), apps/cli the `strata` binary,
+# tests/ the unit tests and test scripts, bench/ the benchmarks.
+# Files named *_avx2.c are the only ones compiled with -mavx2 -mfma -mf16c;
+# they are called only after run-time CPU detection (src/util/cpu.c).
+
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+PYTHON  ?= /usr/bin/python3
+SAN     ?=
+WERROR  ?=
+CFLAGS_BASE := -std=c11 $(OPT) -g -Wall -Wextra -Wpointer-arith -Wvla $(WERROR) \
+               -D_GNU_SOURCE -Isrc -MMD -MP -pthread $(SAN)
+AVX2_FLAGS  := -mavx2 -mfma -mf16c
+LDLIBS  := -lpcre2-8 -luring -lm -lpthread
+LDFLAGS += $(SAN) -pthread
+
+LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' | sort)
+CLI_SRC  := $(sort $(wildcard apps/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/%)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+LIB      := $(BUILD)/libstrata.a
+BIN      := $(BUILD)/strata
+
+.PHONY: all cpu test unit asan fuzz bench clean help check-includes format
+all: $(BIN) $(TEST_BIN) $(TOOL_BIN)
+cpu: all
+
+help:
+	@echo "make            build build/strata, unit tests and test tools"
+	@echo "make test       build and run the default test suite (prints 'N passed, N failed')"
+	@echo "make unit       run only the C unit tests"
+	@echo "make asan       build under AddressSanitizer+UBSan into build/asan and run the suite"
+	@echo "make fuzz       build libFuzzer targets with clang and run each FUZZ_SECONDS (default 60)"
+	@echo "make bench      build the benchmarks in bench/"
+	@echo "make check-includes  front ends include only the public headers"
+	@echo "make clean      remove build/"
+
+$(BUILD)/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(AVX2_FLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(CLI_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB) tests/testhelp.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/tools/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(AVX2_FLAGS) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+# The default suite: unit tests, CLI/error tests, golden tokenizer ids and the
+# float64 oracle. tests/run.sh prints the closing "N passed, N failed" line.
+test: all check-includes
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) sh tests/run.sh
+
+unit: all
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) sh tests/run.sh unit
+
+asan:
+	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
+
+FUZZ_SECONDS ?= 60
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_LIB_SRC := $(filter-out src/util/cpu.c,$(LIB_SRC)) src/util/cpu.c
+fuzz:
+	@mkdir -p build/fuzz
+	@for f in $(FUZZ_SRC); do \
+	  n=$$(basename $$f .c); \
+	  echo "building $$n"; \
+	  clang -std=c11 -O1 -g -D_GNU_SOURCE -Isrc -pthread -fsanitize=fuzzer,address,undefined \
+	    -mavx2 -mfma -mf16c -o build/fuzz/$$n $$f $(LIB_SRC) $(LDLIBS) || exit 1; \
+	done
+	@for f in $(FUZZ_SRC); do \
+	  n=$$(basename $$f .c); mkdir -p build/fuzz/corpus-$$n; \
+	  seeds=tests/fuzz/seeds-$$n; [ -d $$seeds ] || seeds=; \
+	  echo "running $$n for $(FUZZ_SECONDS) s"; \
+	  build/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 \
+	    build/fuzz/corpus-$$n $$seeds 2>&1 | tail -n 3 || exit 1; \
+	done
+
+bench: $(BENCH_BIN) $(BIN)
+
+# Front ends (apps/, bench/) may include only the public headers.
+PUBLIC_HEADERS := engine.h util/err.h gguf/gguf.h tokenizer/tokenizer.h model/inspect.h \
+                  quant/quantize_model.h mkmodel/mkmodel.h quant/qtype.h
+check-includes:
+	@bad=$$(grep -rhoE '#include "[^"]+"' apps bench 2>/dev/null | sed 's/#include "//;s/"//' | sort -u | \
+	  grep -vxF $(foreach h,$(PUBLIC_HEADERS),-e $(h)) | grep -v '^cli\.h$$' | grep -v '^bench_util\.h$$' || true); \
+	if [ -n "$$bad" ]; then echo "check-includes: front ends include private headers: $$bad"; exit 1; fi
+
+format:
+	clang-format -i $(LIB_SRC) $(CLI_SRC) $(TEST_SRC)
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,38 @@
+/* cli: the `strata` command's subcommands and shared argument helpers.
+ * Exit codes: 0 success, 1 runtime error (bad file, I/O), 2 usage error
+ * (unknown flag, missing or malformed argument). Errors are one line on
+ * stderr: "strata <cmd>: <message>". */
+#ifndef STRATA_CLI_H
+#define STRATA_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { CLI_OK = 0, CLI_ERR = 1, CLI_USAGE = 2 };
+
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
+
+/* Print "strata <cmd>: <msg>" to stderr. Returns code. */
+int cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Strict number parsing: the whole string must be a number in range.
+ * Return 0 on success, -1 otherwise. */
+int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
+int cli_parse_float(const char *s, double *out);
+/* Sizes with K/M/G/T suffixes (binary, 1K = 1024); "auto" is not handled here. */
+int cli_parse_size(const char *s, uint64_t *out);
+
+/* Fetch the value of a flag at argv[*i] (advancing *i); NULL with a usage
+ * message when it is missing. */
+const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+
+/* Read a whole file into a NUL-terminated malloc'd buffer (caller frees).
+ * NULL with a message on stderr on failure. */
+char *cli_read_file(const char *cmd, const char *path, size_t *len);
+
+#endif

@@ -1,0 +1,44 @@
+/* strata: the command-line front end. One binary, one subcommand per job.
+ * Each subcommand lives in apps/cli/cmd_<name>.c and uses only the public
+ * headers (engine.h and the tool headers; see `make check-includes`). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command k_commands[] = {
+    { "run",      cmd_run,      "generate text from a prompt (-m MODEL -p PROMPT -n N)" },
+    { "chat",     cmd_chat,     "interactive chat with the model's chat template" },
+    { "inspect",  cmd_inspect,  "print a GGUF file's metadata, tensors and MoE summary" },
+    { "tokenize", cmd_tokenize, "tokenize text with a model's tokenizer (--ids)" },
+    { "quantize", cmd_quantize, "quantize a GGUF model (IN OUT TYPE), like llama-quantize" },
+    { "mkmodel",  cmd_mkmodel,  "generate a synthetic qwen3moe GGUF (presets tiny, small, 30b-a3b, 80b-a3b)" },
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: strata <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", k_commands[i].name, k_commands[i].help);
+    fprintf(out, "\n'strata <command> --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) { usage(stderr); return CLI_USAGE; }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "strata: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return CLI_USAGE;
+}
