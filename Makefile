@@ -32,12 +32,30 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 LIB      := $(BUILD)/libstrata.a
 BIN      := $(BUILD)/strata
 
-.PHONY: all cpu test unit asan fuzz bench clean help check-includes format
+.PHONY: all cpu test unit asan fuzz bench clean help check-includes format deps demo
 all: $(BIN) $(TEST_BIN) $(TOOL_BIN)
 cpu: all
 
+# Debian packages needed to build and test (no-op when present).
+deps:
+	@sh tools/install-deps.sh
+
+# The README's first command: build, generate the default model once
+# (deterministic, no network) and generate text with it.
+DEMO_MODEL ?= models/strata-demo.gguf
+DEMO_PROMPT ?= The quick brown fox
+$(DEMO_MODEL): | $(BIN)
+	@mkdir -p $(dir $@)
+	$(BIN) mkmodel --preset small --seed 1 -o $@
+demo: deps
+	@$(MAKE) --no-print-directory $(BIN)
+	@$(MAKE) --no-print-directory $(DEMO_MODEL)
+	$(BIN) run -m $(DEMO_MODEL) -p "$(DEMO_PROMPT)" -n 48 --temp 0
+
 help:
 	@echo "make            build build/strata, unit tests and test tools"
+	@echo "make demo       install deps, generate the default model, generate text with it"
+	@echo "make deps       install the Debian packages the build and tests need"
 	@echo "make test       build and run the default test suite (prints 'N passed, N failed')"
 	@echo "make unit       run only the C unit tests"
 	@echo "make asan       build under AddressSanitizer+UBSan into build/asan and run the suite"
@@ -76,7 +94,8 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 
 # The default suite: unit tests, CLI/error tests, golden tokenizer ids and the
 # float64 oracle. tests/run.sh prints the closing "N passed, N failed" line.
-test: all check-includes
+test: deps
+	@$(MAKE) --no-print-directory all check-includes
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) sh tests/run.sh
 
 unit: all
