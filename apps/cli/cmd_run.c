@@ -1,3 +1,320 @@
-/* PLACEHOLDER: replaced by the module's owner. */
+/* cmd_run: `strata run -m MODEL -p PROMPT [options]`, text generation as
+ * llama-completion does it, and the option handling and setup that
+ * `strata chat` shares (gen_main; cmd_chat.c supplies the chat loop).
+ *
+ * Output contract: stdout carries only the generated text, streamed token by
+ * token (bytes as they come: a UTF-8 character split over two tokens is
+ * written in two pieces); stderr gets the load summary, the sampler line and
+ * one closing timing line. The prompt is tokenized with the model's add_bos
+ * and with special tokens parsed, after llama.cpp's escape processing
+ * (\n \r \t \' \" \\ \xNN; --no-escape turns it off).
+ *
+ * Stops at an end-of-generation token (unless --ignore-eos, which, like
+ * llama.cpp, makes those tokens impossible), after -n tokens, or when the
+ * context is full (llama.cpp stops once n_past + 1 reaches n_ctx and refuses
+ * prompts longer than n_ctx - 4). Exit codes: 0 ok, 1 runtime error
+ * (model, I/O, context), 2 usage. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "cli.h"
-int cmd_run(int argc, char **argv) { (void)argc; (void)argv; return cli_fail("run", CLI_ERR, "not built yet"); }
+#include "engine.h"
+#include "util/err.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The chat loop lives in cmd_chat.c (this prototype is repeated there;
+ * it belongs in cli.h). Returns a CLI exit code. */
+int chat_loop(engine *eng, session *s, sampler *sm, const char *tmpl_name, const char *system_prompt,
+              int n_predict);
+/* Defined here, called by cmd_chat (prototype repeated there). */
+int gen_main(const char *cmd, int argc, char **argv);
+
+typedef struct gen_opts {
+    const char  *model;
+    const char  *prompt;        /* -p */
+    const char  *prompt_file;   /* -f */
+    int          n_predict;     /* -1: until EOG or the context is full */
+    int          n_ctx, n_batch, n_threads;
+    int          kv_k, kv_v;
+    int          seed_set;
+    sampler_opts so;
+    int          ignore_eos;
+    int          escape;
+    const char  *chat_template; /* chat only */
+    const char  *system_prompt; /* chat only */
+} gen_opts;
+
+static void usage(const char *cmd, FILE *out)
+{
+    int chat = !strcmp(cmd, "chat");
+    if (chat)
+        fprintf(out, "usage: strata chat -m MODEL [--chat-template NAME] [-sys TEXT] [-n N] [options]\n\n"
+                     "Chat with the model on stdin (one line per user turn; EOF ends). The KV cache\n"
+                     "is kept between turns: only the new part of the conversation is evaluated.\n\n");
+    else
+        fprintf(out, "usage: strata run -m MODEL (-p PROMPT | -f FILE) [-n N] [options]\n\n"
+                     "Generate text; stdout gets only the generated text.\n\n");
+    fprintf(out, "  -m, --model FILE          GGUF model\n");
+    if (chat)
+        fprintf(out, "  --chat-template NAME      use a built-in chat template instead of the model's\n"
+                     "  -sys, --system-prompt T   system message\n"
+                     "  -n, --n-predict N         tokens per reply (default -1: until end of turn)\n");
+    else
+        fprintf(out, "  -p, --prompt TEXT         prompt\n"
+                     "  -f, --file FILE           read the prompt from FILE\n"
+                     "  -n, --n-predict N         tokens to generate (default -1: until EOG or the context is full)\n"
+                     "  --ignore-eos              never generate end-of-generation tokens\n"
+                     "  -e, --escape / --no-escape  process \\n \\t \\xNN... in the prompt (default on)\n");
+    fprintf(out, "  -c, --ctx-size N          context size (default 4096 or the model's if smaller; 0: the model's)\n"
+                 "  -b, --batch-size N        prompt chunk, rows per forward pass (default 512)\n"
+                 "  -t, --threads N           threads (default: all CPUs)\n"
+                 "  -s, --seed N              sampling seed (default: random)\n"
+                 "  --temp F                  temperature (default 0.8; 0 = greedy)\n"
+                 "  --top-k N                 top-k (default 40; 0 = off)\n"
+                 "  --top-p F                 top-p (default 0.95; 1 = off)\n"
+                 "  --min-p F                 min-p (default 0.05; 0 = off)\n"
+                 "  --repeat-penalty F        repeat penalty (default 1.0 = off)\n"
+                 "  --repeat-last-n N         tokens the penalty looks back (default 64; 0 off; -1 ctx)\n"
+                 "  -ctk, --cache-type-k T    KV cache type for K: f16 (default) or f32\n"
+                 "  -ctv, --cache-type-v T    KV cache type for V: f16 (default) or f32\n"
+                 "  -h, --help                this help\n");
+}
+
+static int parse_kv_type(const char *cmd, const char *flag, const char *v, int *out)
+{
+    if (!strcmp(v, "f16")) { *out = ENGINE_KV_F16; return 0; }
+    if (!strcmp(v, "f32")) { *out = ENGINE_KV_F32; return 0; }
+    return cli_fail(cmd, CLI_USAGE, "%s must be f16 or f32, got '%s'", flag, v);
+}
+
+enum { HELP_SHOWN = 100 };
+
+/* Returns 0, HELP_SHOWN, or a CLI exit code to stop with. */
+static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
+{
+    const int chat = !strcmp(cmd, "chat");
+    memset(o, 0, sizeof *o);
+    o->n_predict = -1;
+    o->so = sampler_default_opts();
+    o->escape = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = NULL;
+        long long n;
+        double d;
+#define IS(s) (!strcmp(a, s))
+#define VALUE() do { if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE; } while (0)
+#define INT(lo, hi, dst) do { VALUE(); if (cli_parse_int(v, lo, hi, &n)) \
+        return cli_fail(cmd, CLI_USAGE, "%s needs a whole number from %lld to %lld, got '%s'", a, \
+                        (long long)(lo), (long long)(hi), v); dst = (int)n; } while (0)
+#define FLT(lo, hi, dst) do { VALUE(); if (cli_parse_float(v, &d) || d < (lo) || d > (hi)) \
+        return cli_fail(cmd, CLI_USAGE, "%s needs a number from %g to %g, got '%s'", a, \
+                        (double)(lo), (double)(hi), v); dst = (float)d; } while (0)
+        if (IS("-h") || IS("--help")) { usage(cmd, stdout); return HELP_SHOWN; }
+        else if (IS("-m") || IS("--model")) { VALUE(); o->model = v; }
+        else if (!chat && (IS("-p") || IS("--prompt"))) { VALUE(); o->prompt = v; }
+        else if (!chat && (IS("-f") || IS("--file"))) { VALUE(); o->prompt_file = v; }
+        else if (IS("-n") || IS("--n-predict") || IS("--predict")) INT(-2, 1000000000, o->n_predict);
+        else if (IS("-c") || IS("--ctx-size")) {
+            INT(0, 1 << 24, o->n_ctx);
+            if (o->n_ctx == 0) o->n_ctx = ENGINE_CTX_TRAIN;   /* -c 0: the model's context, as llama.cpp */
+        }
+        else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) INT(1, 1 << 20, o->n_batch);
+        else if (IS("-t") || IS("--threads")) INT(1, 1024, o->n_threads);
+        else if (IS("-s") || IS("--seed")) {
+            VALUE();
+            if (cli_parse_int(v, -1, 4294967295LL, &n))
+                return cli_fail(cmd, CLI_USAGE, "%s needs a whole number from -1 to 4294967295, got '%s'", a, v);
+            if (n >= 0 && n != 4294967295LL) { o->so.seed = (uint32_t)n; o->seed_set = 1; }  /* -1 = random, as llama.cpp */
+        }
+        else if (IS("--temp")) FLT(-1e9, 1e9, o->so.temp);
+        else if (IS("--top-k")) INT(-1, 1 << 30, o->so.top_k);
+        else if (IS("--top-p")) FLT(0.0, 1.0, o->so.top_p);
+        else if (IS("--min-p")) FLT(0.0, 1.0, o->so.min_p);
+        else if (IS("--repeat-penalty")) FLT(1e-6, 1e9, o->so.repeat_penalty);
+        else if (IS("--repeat-last-n")) INT(-1, 1 << 30, o->so.repeat_last_n);
+        else if (!chat && IS("--ignore-eos")) o->ignore_eos = 1;
+        else if (!chat && (IS("-e") || IS("--escape"))) o->escape = 1;
+        else if (!chat && IS("--no-escape")) o->escape = 0;
+        else if (IS("-ctk") || IS("--cache-type-k")) { VALUE(); if (parse_kv_type(cmd, a, v, &o->kv_k)) return CLI_USAGE; }
+        else if (IS("-ctv") || IS("--cache-type-v")) { VALUE(); if (parse_kv_type(cmd, a, v, &o->kv_v)) return CLI_USAGE; }
+        else if (chat && IS("--chat-template")) { VALUE(); o->chat_template = v; }
+        else if (chat && (IS("-sys") || IS("--system-prompt"))) { VALUE(); o->system_prompt = v; }
+        else return cli_fail(cmd, CLI_USAGE, "unknown option '%s' (see strata %s --help)", a, cmd);
+#undef IS
+#undef VALUE
+#undef INT
+#undef FLT
+    }
+    if (!o->model) return cli_fail(cmd, CLI_USAGE, "no model given (-m MODEL)");
+    if (!chat && !o->prompt && !o->prompt_file) return cli_fail(cmd, CLI_USAGE, "no prompt given (-p TEXT or -f FILE)");
+    if (!chat && o->prompt && o->prompt_file) return cli_fail(cmd, CLI_USAGE, "give -p or -f, not both");
+    return 0;
+}
+
+/* llama.cpp's string_process_escapes, in place. */
+static void process_escapes(char *s)
+{
+    size_t o = 0, n = strlen(s);
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\\' && i + 1 < n) {
+            char c = s[++i];
+            switch (c) {
+            case 'n':  s[o++] = '\n'; break;
+            case 'r':  s[o++] = '\r'; break;
+            case 't':  s[o++] = '\t'; break;
+            case '\'': s[o++] = '\''; break;
+            case '"':  s[o++] = '"'; break;
+            case '\\': s[o++] = '\\'; break;
+            case 'x':
+                if (i + 2 < n) {
+                    char hx[3] = { s[i + 1], s[i + 2], 0 }, *end;
+                    long val = strtol(hx, &end, 16);
+                    if (end == hx + 2) { i += 2; s[o++] = (char)val; break; }
+                }
+                /* fall through */
+            default:   s[o++] = '\\'; s[o++] = c; break;
+            }
+        } else {
+            s[o++] = s[i];
+        }
+    }
+    s[o] = '\0';
+}
+
+/* Generate after the prompt for `strata run`. */
+static int run_generate(const char *cmd, engine *eng, session *s, sampler *sm, const gen_opts *o, char *text)
+{
+    err e;
+    err_clear(&e);
+    const int n_ctx = engine_n_ctx(eng);
+    const int32_t V = engine_n_vocab(eng);
+    int rc = CLI_ERR;
+    int32_t *ids = NULL, *eog = NULL;
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    if (o->escape) process_escapes(text);
+    size_t len = strlen(text), n_ids = 0;
+    size_t cap = len + 8;
+    ids = malloc(sizeof(int32_t) * cap);
+    if (!logits || !ids) { cli_fail(cmd, CLI_ERR, "out of memory"); goto done; }
+    if (engine_tokenize(eng, text, len, engine_add_bos(eng), 1, ids, cap, &n_ids, &e) != 0) {
+        cli_fail(cmd, CLI_ERR, "tokenizing the prompt: %s", e.msg);
+        goto done;
+    }
+    if (n_ids == 0) {
+        if (engine_token_bos(eng) < 0) { cli_fail(cmd, CLI_ERR, "the prompt is empty"); goto done; }
+        ids[n_ids++] = engine_token_bos(eng);   /* llama.cpp starts an empty prompt from BOS */
+    }
+    if ((long)n_ids > n_ctx - 4) {
+        cli_fail(cmd, CLI_ERR, "prompt is too long (%zu tokens, the context of %d allows %d)", n_ids, n_ctx, n_ctx - 4);
+        goto done;
+    }
+    /* --ignore-eos: llama.cpp biases every end-of-generation token to -inf */
+    int n_eog = 0;
+    if (o->ignore_eos) {
+        eog = malloc(sizeof(int32_t) * (size_t)V);
+        if (!eog) { cli_fail(cmd, CLI_ERR, "out of memory"); goto done; }
+        for (int32_t t = 0; t < V; t++) if (engine_token_is_eog(eng, t)) eog[n_eog++] = t;
+    }
+
+    for (size_t i = 0; i < n_ids; i++) sampler_accept(sm, ids[i]);
+    const double t0 = now_ms();
+    if (session_eval(s, ids, (int)n_ids, logits, NULL, &e) != 0) { cli_fail(cmd, CLI_ERR, "%s", e.msg); goto done; }
+    const double t1 = now_ms();
+
+    int n_gen = 0, ctx_full = 0;
+    char piece[256];
+    while (o->n_predict < 0 || n_gen < o->n_predict) {
+        for (int k = 0; k < n_eog; k++) logits[eog[k]] = -INFINITY;
+        int32_t id = sampler_sample(sm, logits);
+        sampler_accept(sm, id);
+        if (engine_token_is_eog(eng, id)) break;
+        int np = engine_token_piece(eng, id, 0, piece, sizeof piece);
+        if (np > (int)sizeof piece) np = (int)sizeof piece;
+        if (np > 0) fwrite(piece, 1, (size_t)np, stdout);
+        fflush(stdout);
+        n_gen++;
+        if (o->n_predict >= 0 && n_gen >= o->n_predict) break;
+        if (session_n_past(s) + 1 >= n_ctx) { ctx_full = 1; break; }
+        if (session_eval(s, &id, 1, logits, NULL, &e) != 0) { cli_fail(cmd, CLI_ERR, "%s", e.msg); goto done; }
+    }
+    const double t2 = now_ms();
+    fflush(stdout);
+    if (ctx_full) fprintf(stderr, "\nstrata %s: context full (%d tokens), stopping\n", cmd, n_ctx);
+    fprintf(stderr, "strata %s: load %.1f ms, prompt %zu tokens in %.1f ms (%.2f tok/s), "
+            "generated %d tokens in %.1f ms (%.2f tok/s)\n", cmd, engine_load_ms(eng), n_ids, t1 - t0,
+            t1 > t0 ? 1e3 * (double)n_ids / (t1 - t0) : 0.0, n_gen, t2 - t1,
+            t2 > t1 ? 1e3 * n_gen / (t2 - t1) : 0.0);
+    rc = CLI_OK;
+done:
+    free(logits);
+    free(ids);
+    free(eog);
+    return rc;
+}
+
+int gen_main(const char *cmd, int argc, char **argv)
+{
+    gen_opts o;
+    int rc = parse_args(cmd, argc, argv, &o);
+    if (rc == HELP_SHOWN) return CLI_OK;
+    if (rc) return rc;
+
+    char *text = NULL;
+    if (o.prompt_file) {
+        if (!(text = cli_read_file(cmd, o.prompt_file, NULL))) return CLI_ERR;
+    } else if (o.prompt) {
+        if (!(text = strdup(o.prompt))) return cli_fail(cmd, CLI_ERR, "out of memory");
+    }
+
+    err e;
+    err_clear(&e);
+    engine_opts eo = {
+        .model_path = o.model, .n_threads = o.n_threads, .n_ctx = o.n_ctx, .n_batch = o.n_batch,
+        .kv_type_k = o.kv_k, .kv_type_v = o.kv_v, .verbose = 1, .log = stderr,
+    };
+    engine *eng = NULL;
+    session *s = NULL;
+    sampler *sm = NULL;
+    rc = CLI_ERR;
+    if (engine_open(&eng, &eo, &e) != 0) { cli_fail(cmd, CLI_ERR, "%s", e.msg); goto done; }
+    if (session_create(&s, eng, &e) != 0) { cli_fail(cmd, CLI_ERR, "%s", e.msg); goto done; }
+    fprintf(stderr, "strata %s: session holds %.1f MB (KV cache and forward scratch, allocated once)\n", cmd,
+            (double)session_bytes(s) / 1e6);
+    if (!o.seed_set) o.so.seed = (uint32_t)time(NULL) ^ (uint32_t)getpid() * 2654435761u;
+    if (o.so.repeat_last_n < 0) o.so.repeat_last_n = engine_n_ctx(eng);   /* -1: the whole context */
+    if (sampler_open(&sm, &o.so, engine_n_vocab(eng), &e) != 0) { cli_fail(cmd, CLI_ERR, "%s", e.msg); goto done; }
+    if (o.so.temp <= 0.0f)
+        fprintf(stderr, "strata %s: sampling greedy (temp %.2f), repeat penalty %.2f over %d\n", cmd,
+                (double)o.so.temp, (double)o.so.repeat_penalty, o.so.repeat_last_n);
+    else
+        fprintf(stderr, "strata %s: sampling seed %u, temp %.2f, top-k %d, top-p %.2f, min-p %.2f, "
+                "repeat penalty %.2f over %d\n", cmd, o.so.seed, (double)o.so.temp, o.so.top_k,
+                (double)o.so.top_p, (double)o.so.min_p, (double)o.so.repeat_penalty, o.so.repeat_last_n);
+    if (!strcmp(cmd, "chat"))
+        rc = chat_loop(eng, s, sm, o.chat_template, o.system_prompt, o.n_predict);
+    else
+        rc = run_generate(cmd, eng, s, sm, &o, text);
+done:
+    sampler_close(sm);
+    session_free(s);
+    engine_close(eng);
+    free(text);
+    return rc;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    return gen_main("run", argc, argv);
+}

@@ -7,16 +7,17 @@
  *
  * What this module owns: the parsed header (metadata and tensor table) held
  * in memory. It does NOT map or read tensor data wholesale: callers read the
- * byte ranges they need (gguf_tensor_file_off + gguf_tensor_bytes) through
+ * byte ranges they need (gguf_tensor(f, i)->file_off and ->bytes) through
  * their own I/O path (mmap for resident weights, the expert store for routed
  * experts), or with gguf_read_tensor().
  *
  * Invariants after a successful open/parse: every key and tensor name is
- * unique; every tensor has 1..4 dims, each ne >= 1 (ne may be 0 only if the
- * tensor has 0 elements... llama.cpp allows ne >= 0; we allow 0 too), the
- * element count fits int64, ne[0] is a multiple of the type's block size, its
- * byte size fits, and its data range [off, off+bytes) lies inside the file;
- * offsets follow llama.cpp's rule offset[i] == sum_{j<i} PAD(bytes_j, align).
+ * unique; keys are non-empty; tensor names are shorter than 64 bytes
+ * (llama.cpp's GGML_MAX_NAME); every tensor has 1..4 dims, each ne >= 0 (0 as
+ * llama.cpp allows: a tensor with no elements), the element count fits int64,
+ * ne[0] is a multiple of the type's block size, its byte size fits, and its
+ * data range [file_off, file_off + bytes) lies inside the file; offsets
+ * follow llama.cpp's rule offset[i] == sum_{j<i} PAD(bytes_j, align).
  * Errors are one line naming the field and the byte offset.
  *
  * Thread-safety: a gguf_file is immutable after open; any number of threads
@@ -69,8 +70,11 @@ typedef struct gguf_tensor_info {
 
 /* ==== Open / close ==== */
 
-/* Open and parse `path`. Reads only the header (with pread), never the
- * tensor data. *out owned by the caller; free with gguf_close(). */
+/* Open and parse `path`. Reads only the header (with pread, into a window
+ * that starts at 1 MiB and doubles while the header needs more; headers over
+ * 256 MiB are refused), never the tensor data. Keeps the fd open for
+ * gguf_read_tensor(). Error messages start with "'<path>': ". *out owned by
+ * the caller; free with gguf_close(). */
 int gguf_open(gguf_file **out, const char *path, err *e);
 
 /* Parse a header from memory: `buf` holds the first `n` bytes of a file of
@@ -85,7 +89,10 @@ uint32_t    gguf_version(const gguf_file *f);
 uint64_t    gguf_file_size(const gguf_file *f);
 uint64_t    gguf_data_off(const gguf_file *f);     /* absolute offset of the data section */
 uint32_t    gguf_alignment(const gguf_file *f);
-uint64_t    gguf_header_bytes(const gguf_file *f); /* bytes of KV + tensor table (before padding) */
+/* Bytes from the start of the file to the end of the tensor table (magic,
+ * counts, KV pairs and tensor infos; the padding before the data is not
+ * counted). */
+uint64_t    gguf_header_bytes(const gguf_file *f);
 const char *gguf_path(const gguf_file *f);         /* NULL when parsed from memory */
 /* An open read-only fd for the file (borrowed; -1 when parsed from memory). */
 int         gguf_fd(const gguf_file *f);
@@ -99,9 +106,12 @@ int      gguf_kv_type(const gguf_file *f, int64_t i);           /* GGUF_TYPE_* *
 int      gguf_kv_arr_type(const gguf_file *f, int64_t i);
 uint64_t gguf_kv_arr_n(const gguf_file *f, int64_t i);
 /* Borrowed pointer to the packed little-endian elements of a numeric array
- * (or the scalar value). Not valid for strings / string arrays. */
+ * (or the scalar value); valid until gguf_close(). The copy is 8-byte
+ * aligned, so it may be cast to the element type. Bools are one byte each
+ * (nonzero = true). NULL for strings / string arrays and bad indices. */
 const void *gguf_kv_data(const gguf_file *f, int64_t i);
-/* Element j of a string array (or the string itself when j == 0 and the kv is a string). */
+/* Element j of a string array (or the string itself when j == 0 and the kv
+ * is a string); an empty string for other types and out-of-range j. */
 gguf_str gguf_kv_arr_str(const gguf_file *f, int64_t i, uint64_t j);
 
 /* Typed getters by key. Return 0 on success, ERR_NOTFOUND when the key is
@@ -130,14 +140,17 @@ const gguf_tensor_info *gguf_tensor(const gguf_file *f, int64_t i);  /* borrowed
  * tensor; pread, retries short reads). */
 int gguf_read_tensor(const gguf_file *f, int64_t i, uint64_t off, void *dst, uint64_t n, err *e);
 
-/* A 64-bit fingerprint of the file: its size and an FNV-1a hash of the whole
- * header (KV + tensor table). Stable across runs; changes when metadata or
- * the tensor table changes. */
+/* A 64-bit fingerprint of the file: FNV-1a 64 over the header bytes
+ * [0, gguf_header_bytes()), continued over the file size as 8 little-endian
+ * bytes. Stable across runs and machines; changes when the metadata, the
+ * tensor table or the file size changes (not when only tensor data does). */
 uint64_t gguf_fingerprint(const gguf_file *f);
 
 /* ==== Printing ==== */
-/* Print one value human-readably (arrays of more than `max_arr` elements are
- * abbreviated "[a, b, c, ... (N total)]"). */
+/* Print one value human-readably on one line: numbers, true/false, strings
+ * quoted with C escapes (strings over 160 bytes are cut: "...\"... (N bytes)").
+ * Arrays of more than `max_arr` elements show the first max_arr and then
+ * "... (N total)": "[a, b, c, ... (N total)]". */
 void gguf_print_kv(FILE *out, const gguf_file *f, int64_t i, int max_arr);
 
 #endif

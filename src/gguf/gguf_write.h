@@ -31,7 +31,9 @@ gguf_writer *gguf_writer_new(void);          /* NULL on OOM */
 void gguf_writer_free(gguf_writer *w);       /* NULL no-op; removes an unfinished temp file */
 
 /* Metadata setters: a key set twice replaces its value in place (keeps its
- * position). Strings are copied. Return 0 or ERR_NOMEM. */
+ * position). Strings are copied. Return 0, ERR_NOMEM, or ERR_USAGE for an
+ * empty key or a call after gguf_writer_begin(). general.alignment must be
+ * set as a u32 power of two (checked by begin). */
 int gguf_writer_set_u8 (gguf_writer *w, const char *key, uint8_t v);
 int gguf_writer_set_i8 (gguf_writer *w, const char *key, int8_t v);
 int gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v);
@@ -50,13 +52,17 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, int elem_type, const vo
 /* String array: n strings, lens[i] bytes each (lens may be NULL for NUL-terminated). */
 int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs,
                             const uint64_t *lens, uint64_t n);
-/* Copy KV pair i of an open file (any type, arrays included). */
+/* Copy KV pair i of an open file (any type, arrays included). ERR_USAGE for
+ * a bad index or a key with an embedded NUL. */
 int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *src, int64_t i);
 /* Remove a key if present. */
 void gguf_writer_remove_key(gguf_writer *w, const char *key);
 
 /* Declare a tensor (order = file order). ne[0] must be a multiple of the
- * type's block size. Returns 0, ERR_FORMAT (bad shape, duplicate name) or ERR_NOMEM. */
+ * type's block size; the name must be shorter than 64 bytes (llama.cpp's
+ * limit). Returns 0, ERR_FORMAT (bad shape, type, name, duplicate name) or
+ * ERR_NOMEM. Like llama.cpp, the file stores ggml_n_dims() dimensions:
+ * trailing dimensions of size 1 are dropped ([64, 8, 1] is stored as 2-D). */
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, int n_dims,
                            const int64_t *ne, err *e);
 
@@ -67,8 +73,10 @@ int64_t  gguf_writer_n_tensors(const gguf_writer *w);
 /* Create "<path>.tmp", write the header, tensor table and padding. After this
  * no metadata or tensor may be added. */
 int gguf_writer_begin(gguf_writer *w, const char *path, err *e);
-/* Append n data bytes; crosses tensor boundaries automatically, inserting
- * each tensor's zero padding. Writing more bytes than declared is ERR_USAGE. */
+/* Append n data bytes (data == NULL appends n zero bytes); crosses tensor
+ * boundaries automatically, inserting each tensor's zero padding. Writing
+ * more bytes than declared is ERR_USAGE. Any error leaves the writer failed
+ * (the temporary file is removed; later calls return errors). */
 int gguf_writer_write(gguf_writer *w, const void *data, uint64_t n, err *e);
 /* Check all declared bytes were written, fsync-free close, rename to path. */
 int gguf_writer_finish(gguf_writer *w, err *e);

@@ -3,10 +3,10 @@
  *
  * Numerics contract (matches ggml-cpu): a dot of a weight row of type T with
  * activations first quantizes the activations to qtype_get(T)->dot_type
- * (Q8_0 for Q4_0/Q4_1*/Q5_*/Q8_0, Q8_K for the K-quants, F16 for F16, BF16 for
- * BF16, F32 for F32) and then computes the integer/half dot block by block
- * with the same per-block scale arithmetic as ggml's reference (_generic)
- * vec_dot. (*Q4_1/Q5_1 use Q8_1 in ggml; strata uses Q8_1 for them too.)
+ * (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants, F16
+ * for F16, BF16 for BF16, F32 for F32) and then computes the integer/half dot
+ * block by block with the same per-block scale arithmetic as ggml's reference
+ * (_generic) vec_dot.
  *
  * Every kernel exists in a scalar reference version (quant_ref.c) and, where
  * it matters, an AVX2 version (quant_avx2.c). quant_ops_get() picks one by

@@ -1,0 +1,246 @@
+/* engine: the public API's model half (engine_open and the model facts,
+ * tokenizer and chat-template wrappers). Sessions live in
+ * runtime/session.c, the sampler in runtime/sampler.c.
+ *
+ * What an engine owns: the parsed GGUF header (kept open: its fd backs the
+ * mapping's file-changed check), the tokenizer, the hyper-parameters, the
+ * mapped weights, the expert source, the thread pool, the f16->f32 table of
+ * the attention kernels and a copy of the chat template. All of it is built
+ * in engine_open and read-only afterwards. */
+#include "engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "model/expert_src.h"
+#include "model/hparams.h"
+#include "model/ops.h"
+#include "model/weights.h"
+#include "quant/qtype.h"
+#include "runtime/session.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "util/cpu.h"
+#include "util/threadpool.h"
+#include "util/timer.h"
+
+struct engine {
+    gguf_file   *f;
+    tokenizer   *tok;
+    hparams      hp;
+    weights     *w;
+    expert_src  *xs;
+    tpool       *pool;
+    float       *f16_tab;        /* 65536 floats */
+    session_env  env;
+    cpu_isa      isa;
+    int          n_threads;
+    char        *chat_template;  /* owned copy of tokenizer.chat_template, or NULL */
+    char         desc[512];
+    double       load_ms;
+};
+
+/* "1.23 GB" / "45.6 MB" / "789 kB" (decimal units). */
+static const char *human_bytes(char *buf, size_t cap, double b)
+{
+    if (b >= 1e9) snprintf(buf, cap, "%.2f GB", b / 1e9);
+    else if (b >= 1e6) snprintf(buf, cap, "%.1f MB", b / 1e6);
+    else snprintf(buf, cap, "%.0f kB", b / 1e3);
+    return buf;
+}
+
+static void describe(engine *eng)
+{
+    const hparams *hp = &eng->hp;
+    const weights *w = eng->w;
+    char sz[32];
+    size_t o = (size_t)snprintf(eng->desc, sizeof eng->desc,
+                                "%s %dL %dx%d experts, n_embd %d, %s (", hp->arch, hp->n_layer, hp->n_expert,
+                                hp->n_expert_used, hp->n_embd, human_bytes(sz, sizeof sz, (double)w->n_bytes));
+    /* type mix, largest share first */
+    int done[QTYPE_MAX_ID] = { 0 };
+    for (int k = 0; k < QTYPE_MAX_ID && o < sizeof eng->desc; k++) {
+        int best = -1;
+        for (int t = 0; t < QTYPE_MAX_ID; t++)
+            if (!done[t] && w->bytes_by_type[t] && (best < 0 || w->bytes_by_type[t] > w->bytes_by_type[best])) best = t;
+        if (best < 0) break;
+        done[best] = 1;
+        o += (size_t)snprintf(eng->desc + o, sizeof eng->desc - o, "%s%s %.1f%%", k ? ", " : "",
+                              qtype_name(best), 100.0 * (double)w->bytes_by_type[best] / (double)w->n_bytes);
+    }
+    if (o < sizeof eng->desc) snprintf(eng->desc + o, sizeof eng->desc - o, ")");
+}
+
+static void print_summary(const engine *eng, const char *path, FILE *log)
+{
+    const hparams *hp = &eng->hp;
+    const weights *w = eng->w;
+    const session_env *env = &eng->env;
+    const double kv = (double)hp->n_layer * env->n_ctx * hp->n_head_kv * hp->head_dim *
+                      ((env->k_f16 ? 2 : 4) + (env->v_f16 ? 2 : 4));
+    fprintf(log, "strata: model %s (%.1f ms to load)\n", path, eng->load_ms);
+    fprintf(log, "strata: %s: %d layers, %d experts (%d used, ff %d), n_embd %d, heads %d/%d x %d, "
+            "vocab %d, trained ctx %d\n", hp->arch, hp->n_layer, hp->n_expert, hp->n_expert_used,
+            hp->n_ff_exp, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_vocab, hp->n_ctx_train);
+    char b1[32], b2[32];
+    const double np = (double)w->n_params;
+    fprintf(log, "strata: %s; %.2f %s params, routed experts %s, all resident (mapped read-only)%s\n",
+            eng->desc, np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M",
+            human_bytes(b1, sizeof b1, (double)w->expert_bytes),
+            w->output_tied ? ", head tied to token_embd" : "");
+    fprintf(log, "strata: %d threads, isa %s, ctx %d, batch %d, KV cache %s/%s (%s per session)\n",
+            eng->n_threads, cpu_isa_name(eng->isa), env->n_ctx, env->n_batch, env->k_f16 ? "f16" : "f32",
+            env->v_f16 ? "f16" : "f32", human_bytes(b2, sizeof b2, kv));
+}
+
+int engine_open(engine **out, const engine_opts *o, err *e)
+{
+    *out = NULL;
+    const double t0 = timer_ms();
+    if (!o || !o->model_path) return err_setf(e, ERR_USAGE, "no model path");
+    if (o->n_ctx < ENGINE_CTX_TRAIN) return err_setf(e, ERR_USAGE, "context size %d is negative", o->n_ctx);
+    if ((o->kv_type_k != ENGINE_KV_F16 && o->kv_type_k != ENGINE_KV_F32) ||
+        (o->kv_type_v != ENGINE_KV_F16 && o->kv_type_v != ENGINE_KV_F32))
+        return err_setf(e, ERR_USAGE, "KV cache types must be f16 or f32");
+    engine *eng = calloc(1, sizeof *eng);
+    if (!eng) return err_setf(e, ERR_NOMEM, "out of memory");
+    int rc;
+    /* Each step reports into a fresh err, copied out only when the step
+     * fails: a module that records a message and then succeeds (an optional
+     * key it did not find) must not hide the real error of a later step. */
+    err sub;
+#define STEP(call) do { err_clear(&sub); if ((rc = (call)) != 0) { err_setf(e, rc, "%s", sub.msg); goto fail; } } while (0)
+    STEP(gguf_open(&eng->f, o->model_path, &sub));
+    STEP(hparams_load(&eng->hp, eng->f, &sub));
+    STEP(tokenizer_open(&eng->tok, eng->f, &sub));
+    eng->isa = cpu_best_isa();
+    STEP(weights_open(&eng->w, eng->f, &eng->hp, eng->isa, &sub));
+    if (tokenizer_n_vocab(eng->tok) != eng->hp.n_vocab) {
+        rc = err_setf(e, ERR_FORMAT, "tensor token_embd.weight: shape [%d, %d] but expected [%d, %d] "
+                      "(the tokenizer has %d tokens)", eng->hp.n_embd, eng->hp.n_vocab, eng->hp.n_embd,
+                      (int)tokenizer_n_vocab(eng->tok), (int)tokenizer_n_vocab(eng->tok));
+        goto fail;
+    }
+    STEP(expert_src_open_mmap(&eng->xs, eng->w, &sub));
+    eng->n_threads = o->n_threads > 0 ? o->n_threads : cpu_count();
+    STEP(tpool_open(&eng->pool, eng->n_threads, &sub));
+#undef STEP
+    eng->f16_tab = malloc(sizeof(float) * 65536);
+    if (!eng->f16_tab) { rc = err_setf(e, ERR_NOMEM, "out of memory"); goto fail; }
+    ops_f16_table_init(eng->f16_tab);
+
+    if (gguf_find_key(eng->f, "tokenizer.chat_template") >= 0) {
+        gguf_str t;
+        if (gguf_get_str(eng->f, "tokenizer.chat_template", &t, NULL) == 0) {
+            eng->chat_template = malloc((size_t)t.n + 1);
+            if (!eng->chat_template) { rc = err_setf(e, ERR_NOMEM, "out of memory"); goto fail; }
+            memcpy(eng->chat_template, t.p, (size_t)t.n);
+            eng->chat_template[t.n] = '\0';
+        }
+    }
+
+    int n_ctx = o->n_ctx == 0 ? (eng->hp.n_ctx_train < 4096 ? eng->hp.n_ctx_train : 4096)
+              : o->n_ctx == ENGINE_CTX_TRAIN ? eng->hp.n_ctx_train : o->n_ctx;
+    int n_batch = o->n_batch > 0 ? o->n_batch : 512;
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    eng->env = (session_env){
+        .model = { &eng->hp, eng->w, eng->xs, eng->pool, eng->f16_tab, { 0 } },
+        .w = eng->w,
+        .n_ctx = n_ctx,
+        .n_batch = n_batch,
+        .k_f16 = o->kv_type_k == ENGINE_KV_F16,
+        .v_f16 = o->kv_type_v == ENGINE_KV_F16,
+        .n_vocab = eng->hp.n_vocab,
+    };
+    ops_kernels_get(eng->isa, &eng->env.model.kern);
+    describe(eng);
+    eng->load_ms = timer_ms() - t0;
+    if (o->verbose) print_summary(eng, o->model_path, o->log ? o->log : stderr);
+    *out = eng;
+    return 0;
+fail:
+    engine_close(eng);
+    return rc;
+}
+
+void engine_close(engine *eng)
+{
+    if (!eng) return;
+    tpool_close(eng->pool);
+    expert_src_close(eng->xs);
+    weights_close(eng->w);
+    tokenizer_close(eng->tok);
+    gguf_close(eng->f);
+    free(eng->f16_tab);
+    free(eng->chat_template);
+    free(eng);
+}
+
+const session_env *engine_session_env(const engine *eng) { return &eng->env; }
+
+int32_t     engine_n_vocab(const engine *eng)      { return eng->hp.n_vocab; }
+int         engine_n_ctx(const engine *eng)        { return eng->env.n_ctx; }
+int         engine_n_ctx_train(const engine *eng)  { return eng->hp.n_ctx_train; }
+int         engine_n_batch(const engine *eng)      { return eng->env.n_batch; }
+int         engine_n_threads(const engine *eng)    { return eng->n_threads; }
+const char *engine_arch(const engine *eng)         { return eng->hp.arch; }
+const char *engine_model_desc(const engine *eng)   { return eng->desc; }
+uint64_t    engine_model_bytes(const engine *eng)  { return eng->w->n_bytes; }
+uint64_t    engine_model_params(const engine *eng) { return eng->w->n_params; }
+const char *engine_chat_template(const engine *eng) { return eng->chat_template; }
+double      engine_load_ms(const engine *eng)      { return eng->load_ms; }
+
+int engine_tokenize(const engine *eng, const char *text, size_t len, int add_bos,
+                    int parse_special, int32_t *ids, size_t cap, size_t *n_out, err *e)
+{
+    return tokenizer_encode(eng->tok, text, len, add_bos, parse_special, ids, cap, n_out, e);
+}
+
+int engine_token_piece(const engine *eng, int32_t id, int special, char *buf, size_t cap)
+{
+    return tokenizer_piece(eng->tok, id, special, buf, cap);
+}
+
+int engine_token_is_eog(const engine *eng, int32_t id) { return tokenizer_is_eog(eng->tok, id); }
+int engine_add_bos(const engine *eng)                 { return tokenizer_add_bos(eng->tok); }
+int32_t engine_token_bos(const engine *eng)           { return tokenizer_bos(eng->tok); }
+int32_t engine_token_find(const engine *eng, const char *text)
+{
+    return tokenizer_find(eng->tok, text, strlen(text));
+}
+
+/* ==== Chat templates ==== */
+
+int engine_chat_apply(const engine *eng, const char *name, const engine_chat_msg *msgs, size_t n_msgs,
+                      int add_assistant, char *buf, size_t cap, err *e)
+{
+    int t;
+    if (name) {
+        t = chat_template_from_name(name);
+        if (t < 0) return err_setf(e, ERR_USAGE, "unknown chat template '%s'", name);
+    } else {
+        t = chat_template_detect(eng->chat_template);
+        if (t == ERR_UNSUPPORTED) {
+            const char *fam = chat_template_detect_family(eng->chat_template);
+            return err_setf(e, ERR_UNSUPPORTED, "the model's chat template (%s) is not supported; "
+                            "choose one with --chat-template", fam ? fam : "unknown family");
+        }
+        if (t < 0)
+            return err_setf(e, ERR_UNSUPPORTED, "the model's chat template is not recognised; "
+                            "choose one with --chat-template");
+    }
+    chat_msg *cm = malloc(sizeof *cm * (n_msgs ? n_msgs : 1));
+    if (!cm) return err_setf(e, ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n_msgs; i++) cm[i] = (chat_msg){ msgs[i].role, msgs[i].content };
+    size_t n_out = 0;
+    err tmp;
+    err_clear(&tmp);
+    int rc = chat_apply(t, cm, n_msgs, add_assistant, buf, cap, &n_out, &tmp);
+    free(cm);
+    if (rc == ERR_RANGE) rc = 0;   /* truncated: the caller retries with the full length */
+    if (rc) return err_setf(e, rc, "%s", tmp.msg);
+    if (n_out > (size_t)INT32_MAX) return err_setf(e, ERR_RANGE, "formatted conversation too long");
+    return (int)n_out;
+}
