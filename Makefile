@@ -112,7 +112,7 @@ fuzz:
 	@for f in $(FUZZ_SRC); do \
 	  n=$$(basename $$f .c); \
 	  echo "building $$n"; \
-	  clang -std=c11 -O1 -g -D_GNU_SOURCE -Isrc -pthread -fsanitize=fuzzer,address,undefined \
+	  clang -std=c11 -O1 -g -D_GNU_SOURCE -Isrc -pthread -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	    -mavx2 -mfma -mf16c -o build/fuzz/$$n $$f $(LIB_SRC) $(LDLIBS) || exit 1; \
 	done
 	@for f in $(FUZZ_SRC); do \
@@ -120,7 +120,9 @@ fuzz:
 	  seeds=tests/fuzz/seeds-$$n; [ -d $$seeds ] || seeds=; \
 	  echo "running $$n for $(FUZZ_SECONDS) s"; \
 	  build/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 \
-	    build/fuzz/corpus-$$n $$seeds 2>&1 | tail -n 3 || exit 1; \
+	    build/fuzz/corpus-$$n $$seeds >build/fuzz/$$n.log 2>&1; rc=$$?; \
+	  tail -n 3 build/fuzz/$$n.log; \
+	  if [ $$rc -ne 0 ]; then echo "$$n FAILED (exit $$rc): see build/fuzz/$$n.log"; exit 1; fi; \
 	done
 
 bench: $(BENCH_BIN) $(BIN)

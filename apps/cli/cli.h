@@ -17,6 +17,16 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 
+/* Shared by run and chat: gen_main (cmd_run.c) parses the generation flags,
+ * loads the engine and either generates (run) or hands over to chat_loop
+ * (cmd_chat.c). Both return a CLI exit code. */
+struct engine;
+struct session;
+struct sampler;
+int gen_main(const char *cmd, int argc, char **argv);
+int chat_loop(struct engine *eng, struct session *s, struct sampler *sm, const char *tmpl_name,
+              const char *system_prompt, int n_predict);
+
 /* Print "strata <cmd>: <msg>" to stderr. Returns code. */
 int cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

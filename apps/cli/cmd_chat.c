@@ -34,10 +34,6 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* Defined in cmd_run.c (prototypes repeated there; they belong in cli.h). */
-int gen_main(const char *cmd, int argc, char **argv);
-int chat_loop(engine *eng, session *s, sampler *sm, const char *tmpl_name, const char *system_prompt,
-              int n_predict);
 
 typedef struct conv {
     engine_chat_msg *msgs;   /* roles are literals; contents are owned */

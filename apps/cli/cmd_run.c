@@ -33,12 +33,6 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* The chat loop lives in cmd_chat.c (this prototype is repeated there;
- * it belongs in cli.h). Returns a CLI exit code. */
-int chat_loop(engine *eng, session *s, sampler *sm, const char *tmpl_name, const char *system_prompt,
-              int n_predict);
-/* Defined here, called by cmd_chat (prototype repeated there). */
-int gen_main(const char *cmd, int argc, char **argv);
 
 typedef struct gen_opts {
     const char  *model;

@@ -26,18 +26,18 @@ int err_setf(err *e, int code, const char *fmt, ...)
 int err_prefix(err *e, const char *fmt, ...)
 {
     if (!e || e->code == 0) return ERR_OK;
-    char buf[2 * sizeof e->msg];
+    char head[sizeof e->msg], old[sizeof e->msg];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof e->msg, fmt, ap);
+    vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
-    if (n < 0) return e->code;
-    size_t h = strlen(buf);
-    buf[h++] = ':';
-    buf[h++] = ' ';
-    memcpy(buf + h, e->msg, strlen(e->msg) + 1);
-    buf[sizeof e->msg - 1] = '\0';      /* truncate the combined message */
-    memcpy(e->msg, buf, sizeof e->msg);
+    memcpy(old, e->msg, sizeof old);
+    /* "head: old", truncated to the buffer (the tail of a long message goes). */
+    size_t cap = sizeof e->msg - 1, n = 0;
+    for (const char *p = head; *p && n < cap; p++) e->msg[n++] = *p;
+    for (const char *p = ": "; *p && n < cap; p++) e->msg[n++] = *p;
+    for (const char *p = old; *p && n < cap; p++) e->msg[n++] = *p;
+    e->msg[n] = '\0';
     return e->code;
 }
 
