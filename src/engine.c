@@ -4,15 +4,21 @@
  *
  * What an engine owns: the parsed GGUF header (kept open: its fd backs the
  * mapping's file-changed check), the tokenizer, the hyper-parameters, the
- * mapped weights, the expert source, the thread pool, the f16->f32 table of
- * the attention kernels and a copy of the chat template. All of it is built
- * in engine_open and read-only afterwards. */
+ * weights (mapped, or the non-expert part read into memory when
+ * streaming), the expert source (the mapping's, or the expert store with its
+ * layout and I/O engine), the thread pool, the f16->f32 table of the
+ * attention kernels and a copy of the chat template. All of it is built in
+ * engine_open; afterwards only the store's residency and counters change. */
 #include "engine.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "expert/profile.h"
+#include "expert/xlayout.h"
+#include "expert/xstore.h"
 #include "gguf/gguf.h"
 #include "model/expert_src.h"
 #include "model/hparams.h"
@@ -31,7 +37,11 @@ struct engine {
     tokenizer   *tok;
     hparams      hp;
     weights     *w;
-    expert_src  *xs;
+    expert_src  *xs;             /* owned when all resident; the store's view when streaming */
+    xlayout     *xl;             /* streaming: where the experts are */
+    xstore      *store;          /* streaming: the arena */
+    char         src_desc[512];  /* streaming: "sidecar PATH" / "GGUF PATH" */
+    engine_memory mem;
     tpool       *pool;
     float       *f16_tab;        /* 65536 floats */
     session_env  env;
@@ -78,21 +88,130 @@ static void print_summary(const engine *eng, const char *path, FILE *log)
     const hparams *hp = &eng->hp;
     const weights *w = eng->w;
     const session_env *env = &eng->env;
-    const double kv = (double)hp->n_layer * env->n_ctx * hp->n_head_kv * hp->head_dim *
-                      ((env->k_f16 ? 2 : 4) + (env->v_f16 ? 2 : 4));
+    const engine_memory *m = &eng->mem;
     fprintf(log, "strata: model %s (%.1f ms to load)\n", path, eng->load_ms);
     fprintf(log, "strata: %s: %d layers, %d experts (%d used, ff %d), n_embd %d, heads %d/%d x %d, "
             "vocab %d, trained ctx %d\n", hp->arch, hp->n_layer, hp->n_expert, hp->n_expert_used,
             hp->n_ff_exp, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_vocab, hp->n_ctx_train);
-    char b1[32], b2[32];
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
     const double np = (double)w->n_params;
-    fprintf(log, "strata: %s; %.2f %s params, routed experts %s, all resident (mapped read-only)%s\n",
-            eng->desc, np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M",
-            human_bytes(b1, sizeof b1, (double)w->expert_bytes),
-            w->output_tied ? ", head tied to token_embd" : "");
+    if (eng->store)
+        fprintf(log, "strata: %s; %.2f %s params, routed experts %s, streamed from the %s%s\n",
+                eng->desc, np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M",
+                human_bytes(b1, sizeof b1, (double)w->expert_bytes), eng->src_desc,
+                w->output_tied ? ", head tied to token_embd" : "");
+    else
+        fprintf(log, "strata: %s; %.2f %s params, routed experts %s, all resident (mapped read-only)%s\n",
+                eng->desc, np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M",
+                human_bytes(b1, sizeof b1, (double)w->expert_bytes),
+                w->output_tied ? ", head tied to token_embd" : "");
     fprintf(log, "strata: %d threads, isa %s, ctx %d, batch %d, KV cache %s/%s (%s per session)\n",
             eng->n_threads, cpu_isa_name(eng->isa), env->n_ctx, env->n_batch, env->k_f16 ? "f16" : "f32",
-            env->v_f16 ? "f16" : "f32", human_bytes(b2, sizeof b2, kv));
+            env->v_f16 ? "f16" : "f32", human_bytes(b2, sizeof b2, (double)m->kv));
+    if (eng->store) {
+        fprintf(log, "strata: memory: non-expert weights %s (read into memory), expert arena %s, KV cache %s "
+                "and forward scratch %s per session: %s with one session\n",
+                human_bytes(b1, sizeof b1, (double)m->weights), human_bytes(b2, sizeof b2, (double)m->arena),
+                human_bytes(b3, sizeof b3, (double)m->kv), human_bytes(b4, sizeof b4, (double)m->scratch),
+                human_bytes(b5, sizeof b5, (double)m->total));
+        char line[768];
+        xstore_init_line(eng->store, line, sizeof line);
+        fprintf(log, "strata: %s\n", line);
+    }
+}
+
+/* Bytes of memory this process may use for the arena: MemAvailable, or the
+ * memory cgroup's limit when it is lower (cgroup v1 memory.limit_in_bytes
+ * or v2 memory.max of the cgroup named in /proc/self/cgroup). 0 if unknown. */
+static uint64_t available_memory(void)
+{
+    uint64_t avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) { avail = (uint64_t)kb * 1024; break; }
+        fclose(f);
+    }
+    f = fopen("/proc/self/cgroup", "r");
+    if (f) {
+        char line[1024];
+        while (fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\n")] = '\0';
+            char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+            if (!c2) continue;
+            char path[1200];
+            *c2 = '\0';
+            const char *ctrl = c1 + 1, *cg = c2 + 1;
+            if (!strcmp(ctrl, "memory"))
+                snprintf(path, sizeof path, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", cg);
+            else if (!strcmp(ctrl, "") && !strcmp(line, "0"))
+                snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", cg);
+            else
+                continue;
+            FILE *g = fopen(path, "r");
+            unsigned long long lim;
+            if (g) {
+                if (fscanf(g, "%llu", &lim) == 1 && lim > 0 && (avail == 0 || lim < avail)) avail = lim;
+                fclose(g);
+            }
+        }
+        fclose(f);
+    }
+    return avail;
+}
+
+/* Streaming: the layout, the arena size, the store, the warm fill. */
+static int open_store(engine *eng, const engine_opts *o, err *e)
+{
+    xlayout_opts xo = { .sidecar_path = o->sidecar_path, .no_sidecar = o->no_sidecar, .direct = !o->no_direct };
+    int rc = xlayout_open(&eng->xl, eng->f, &eng->hp, &xo, e);
+    if (rc) return rc;
+    snprintf(eng->src_desc, sizeof eng->src_desc, "%s %s (%s reads)", xlayout_has_sidecar(eng->xl) ? "sidecar" : "GGUF",
+             xlayout_path(eng->xl), xlayout_direct(eng->xl) ? "O_DIRECT" : "buffered");
+    xstore_layout lay;
+    xstore_layout_from_xlayout(&lay, eng->xl);
+    lay.desc = eng->src_desc;
+    xstore_opts so = {
+        .arena_bytes = o->arena_bytes, .evict = o->evict == ENGINE_EVICT_LFU ? XSTORE_EVICT_LFU : XSTORE_EVICT_LRU,
+        .io_mode = o->io_mode == ENGINE_IO_URING ? XIO_URING : o->io_mode == ENGINE_IO_PREAD ? XIO_PREAD : XIO_AUTO,
+        .io_threads = o->io_threads, .io_depth = o->io_depth, .n_expert_used = eng->hp.n_expert_used,
+        .read_ahead = o->read_ahead,
+    };
+    if (o->arena_auto) {
+        const uint64_t avail = available_memory();
+        const uint64_t resident = eng->mem.weights + eng->mem.kv + eng->mem.scratch;
+        const double want = ENGINE_ARENA_AUTO_FRACTION * (double)avail - (double)resident;
+        if (avail == 0 || want < 1.0)
+            return err_setf(e, ERR_USAGE, "--arena auto: %.0f%% of the available memory (%.2f GB) does not cover the "
+                            "resident part (%.2f GB); give --arena SIZE, or 0 to stream every lookup",
+                            100 * ENGINE_ARENA_AUTO_FRACTION, (double)avail / 1e9, (double)resident / 1e9);
+        so.arena_bytes = (uint64_t)want;
+        uint64_t planned;
+        err tmp = { 0 };
+        if (xstore_plan(&lay, &so, &planned, &tmp) != 0)
+            return err_setf(e, ERR_USAGE, "--arena auto: %s", tmp.msg);
+    }
+    if ((rc = xstore_open(&eng->store, &lay, &so, e))) return rc;
+    eng->xs = xstore_src(eng->store);
+    eng->mem.arena = xstore_arena_bytes(eng->store);
+    if (o->profile_path) {
+        profile *p = NULL;
+        if ((rc = profile_load(&p, o->profile_path, gguf_fingerprint(eng->f), gguf_file_size(eng->f),
+                               eng->hp.n_layer, eng->hp.n_expert, e)))
+            return rc;
+        const uint64_t n = profile_n(p);
+        int32_t *pairs = malloc(sizeof(int32_t) * 2 * (size_t)(n ? n : 1));
+        if (!pairs) { profile_close(p); return err_setf(e, ERR_NOMEM, "out of memory"); }
+        const profile_entry *pe = profile_entries(p);
+        for (uint64_t i = 0; i < n; i++) { pairs[2 * i] = pe[i].layer; pairs[2 * i + 1] = pe[i].expert; }
+        rc = xstore_warm(eng->store, pairs, n, e);
+        free(pairs);
+        profile_close(p);
+        if (rc) return rc;
+    }
+    return 0;
 }
 
 int engine_open(engine **out, const engine_opts *o, err *e)
@@ -116,17 +235,24 @@ int engine_open(engine **out, const engine_opts *o, err *e)
     STEP(hparams_load(&eng->hp, eng->f, &sub));
     STEP(tokenizer_open(&eng->tok, eng->f, &sub));
     eng->isa = cpu_best_isa();
-    STEP(weights_open(&eng->w, eng->f, &eng->hp, eng->isa, &sub));
+    if (o->stream && o->arena_auto && o->arena_bytes) {
+        rc = err_setf(e, ERR_USAGE, "give an arena size or auto, not both");
+        goto fail;
+    }
+    if (!o->stream && (o->arena_bytes || o->arena_auto || o->read_ahead || o->profile_path)) {
+        rc = err_setf(e, ERR_USAGE, "arena, read-ahead and profile options need expert streaming");
+        goto fail;
+    }
+    if (o->read_ahead < 0) { rc = err_setf(e, ERR_USAGE, "read-ahead %d is negative", o->read_ahead); goto fail; }
+    STEP(weights_open(&eng->w, eng->f, &eng->hp, eng->isa, o->stream ? WEIGHTS_RESIDENT_ONLY : WEIGHTS_MAP_ALL, &sub));
     if (tokenizer_n_vocab(eng->tok) != eng->hp.n_vocab) {
         rc = err_setf(e, ERR_FORMAT, "tensor token_embd.weight: shape [%d, %d] but expected [%d, %d] "
                       "(the tokenizer has %d tokens)", eng->hp.n_embd, eng->hp.n_vocab, eng->hp.n_embd,
                       (int)tokenizer_n_vocab(eng->tok), (int)tokenizer_n_vocab(eng->tok));
         goto fail;
     }
-    STEP(expert_src_open_mmap(&eng->xs, eng->w, &sub));
     eng->n_threads = o->n_threads > 0 ? o->n_threads : cpu_count();
     STEP(tpool_open(&eng->pool, eng->n_threads, &sub));
-#undef STEP
     eng->f16_tab = malloc(sizeof(float) * 65536);
     if (!eng->f16_tab) { rc = err_setf(e, ERR_NOMEM, "out of memory"); goto fail; }
     ops_f16_table_init(eng->f16_tab);
@@ -146,7 +272,9 @@ int engine_open(engine **out, const engine_opts *o, err *e)
     int n_batch = o->n_batch > 0 ? o->n_batch : 512;
     if (n_batch > n_ctx) n_batch = n_ctx;
     eng->env = (session_env){
-        .model = { &eng->hp, eng->w, eng->xs, eng->pool, eng->f16_tab, { 0 } },
+        .model = { &eng->hp, eng->w, NULL, eng->pool, eng->f16_tab, { 0 }, o->stream ? o->read_ahead : 0,
+                   o->read_ahead_from == ENGINE_RA_INPUT ? QWEN3MOE_RA_INPUT : QWEN3MOE_RA_ATTN,
+                   o->on_route, o->on_route_ctx },
         .w = eng->w,
         .n_ctx = n_ctx,
         .n_batch = n_batch,
@@ -154,6 +282,18 @@ int engine_open(engine **out, const engine_opts *o, err *e)
         .v_f16 = o->kv_type_v == ENGINE_KV_F16,
         .n_vocab = eng->hp.n_vocab,
     };
+    /* the memory plan: weights, one session's KV cache and scratch, the arena */
+    eng->mem.streaming = o->stream != 0;
+    eng->mem.weights = weights_resident_bytes(eng->w);
+    eng->mem.kv = (uint64_t)eng->hp.n_layer * (uint64_t)n_ctx * (uint64_t)eng->hp.n_head_kv *
+                  (uint64_t)eng->hp.head_dim * (uint64_t)((eng->env.k_f16 ? 2 : 4) + (eng->env.v_f16 ? 2 : 4));
+    eng->mem.scratch = qwen3moe_scratch_plan(&eng->env.model, n_batch, n_ctx);
+    if (o->stream) STEP(open_store(eng, o, &sub));
+    else STEP(expert_src_open_mmap(&eng->xs, eng->w, &sub));
+    eng->mem.total = eng->mem.weights + eng->mem.arena + eng->mem.kv + eng->mem.scratch;
+    eng->env.model.xs = eng->xs;
+    eng->env.store = eng->store;
+#undef STEP
     ops_kernels_get(eng->isa, &eng->env.model.kern);
     describe(eng);
     eng->load_ms = timer_ms() - t0;
@@ -169,7 +309,9 @@ void engine_close(engine *eng)
 {
     if (!eng) return;
     tpool_close(eng->pool);
-    expert_src_close(eng->xs);
+    if (eng->store) xstore_close(eng->store);   /* eng->xs is its view */
+    else expert_src_close(eng->xs);
+    xlayout_close(eng->xl);
     weights_close(eng->w);
     tokenizer_close(eng->tok);
     gguf_close(eng->f);
@@ -244,3 +386,65 @@ int engine_chat_apply(const engine *eng, const char *name, const engine_chat_msg
     if (n_out > (size_t)INT32_MAX) return err_setf(e, ERR_RANGE, "formatted conversation too long");
     return (int)n_out;
 }
+
+/* ==== Memory and expert streaming ==== */
+
+void engine_memory_plan(const engine *eng, engine_memory *out) { *out = eng->mem; }
+
+int engine_streaming(const engine *eng) { return eng->store != NULL; }
+
+int engine_stream_warm(engine *eng, const int32_t *pairs, uint64_t n, err *e)
+{
+    if (!eng->store) return err_setf(e, ERR_USAGE, "the experts are not streamed (no arena to fill)");
+    return xstore_warm(eng->store, pairs, n, e);
+}
+
+int engine_stream_init_line(const engine *eng, char *buf, size_t cap)
+{
+    if (!eng->store) { if (cap) buf[0] = '\0'; return 0; }
+    return xstore_init_line(eng->store, buf, cap);
+}
+
+int engine_stream_counters_get(const engine *eng, int phase, engine_stream_counters *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!eng->store) return ERR_USAGE;
+    if (phase != ENGINE_PHASE_PROMPT && phase != ENGINE_PHASE_DECODE) return ERR_RANGE;
+    xstore_counters c;
+    xstore_phase_counters(eng->store, phase == ENGINE_PHASE_PROMPT ? XSTORE_PROMPT : XSTORE_DECODE, &c);
+    *out = (engine_stream_counters){
+        .chunks = c.chunks, .rows = c.rows, .lookups = c.lookups, .hits = c.hits, .ahead = c.ahead,
+        .misses = c.misses, .streamed_in = c.loads, .streamed_in_prefetch = c.loads_prefetch,
+        .submissions = c.submissions, .reads = c.reads, .bytes = c.bytes, .predicted = c.predicted,
+        .predicted_used = c.predicted_used, .lookups_predicted = c.lookups_predicted,
+        .prefetch_wasted = c.prefetch_wasted, .extra_waves = c.waves, .io_errors = c.io_errors,
+        .host_ms = c.host_ms, .wait_ms = c.wait_ms,
+    };
+    return 0;
+}
+
+void engine_stream_trace(const engine *eng, FILE *out)
+{
+    if (eng->store) xstore_trace(eng->store, out);
+}
+
+void engine_stream_report_json(const engine *eng, FILE *out, const char *indent)
+{
+    if (eng->store) xstore_report_json(eng->store, out, indent);
+    else fputs("null", out);
+}
+
+int engine_stream_fault(engine *eng, const char *spec, err *e)
+{
+    if (!eng->store) return err_setf(e, ERR_USAGE, "fault injection needs expert streaming");
+    xio_fault f;
+    memset(&f, 0, sizeof f);
+    if (spec) {
+        int rc = xio_fault_parse(spec, &f, e);
+        if (rc) return rc;
+    }
+    xstore_set_fault(eng->store, &f);
+    return 0;
+}
+
+uint64_t engine_model_fingerprint(const engine *eng) { return gguf_fingerprint(eng->f); }

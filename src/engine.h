@@ -23,6 +23,20 @@ typedef struct session session;
 /* KV cache element types; the zero value is llama.cpp's default (f16). */
 enum engine_kv_type { ENGINE_KV_F16 = 0, ENGINE_KV_F32 = 1 };
 
+/* ==== Routed experts: all resident, or streamed (see "Expert streaming") ==== */
+enum engine_evict { ENGINE_EVICT_LRU = 0, ENGINE_EVICT_LFU = 1 };
+enum engine_io { ENGINE_IO_AUTO = 0, ENGINE_IO_URING = 1, ENGINE_IO_PREAD = 2 };
+/* The hidden state read-ahead runs layer L+1's router on while layer L
+ * computes: L's residual after its attention, or L's input. */
+enum engine_ra_from { ENGINE_RA_ATTN = 0, ENGINE_RA_INPUT = 1 };
+/* --arena auto: this fraction of the available memory (MemAvailable, or the
+ * memory cgroup's limit if lower), less the resident part (non-expert
+ * weights, one session's KV cache and scratch). */
+#define ENGINE_ARENA_AUTO_FRACTION 0.75
+
+/* engine_opts.on_route exists (strata profile tests for it). */
+#define ENGINE_HAS_ON_ROUTE 1
+
 typedef struct engine_opts {
     const char *model_path;   /* GGUF file (required) */
     int   n_threads;          /* <= 0: all online CPUs */
@@ -33,13 +47,37 @@ typedef struct engine_opts {
     int   kv_type_k, kv_type_v; /* enum engine_kv_type */
     int   verbose;            /* print the load summary to `log` */
     FILE *log;                /* NULL: stderr */
+
+    /* Expert streaming. stream = 0 (the default) maps the whole file: every
+     * expert is resident. stream = 1 reads the non-expert tensors into
+     * memory and streams the routed experts from disk through an arena. */
+    int         stream;
+    uint64_t    arena_bytes;     /* slot memory; 0: stream every lookup (I/O buffers only) */
+    int         arena_auto;      /* size the arena from available memory (see above) */
+    int         evict;           /* enum engine_evict */
+    int         io_mode;         /* enum engine_io */
+    int         io_threads;      /* pread workers (<= 0: 4) */
+    int         io_depth;        /* io_uring reads in flight (<= 0: 4) */
+    int         read_ahead;      /* top-N per row prefetched for the next layer; 0: off */
+    int         read_ahead_from; /* enum engine_ra_from */
+    int         no_direct;       /* buffered reads instead of O_DIRECT */
+    int         no_sidecar;      /* ignore MODEL.experts, read the GGUF */
+    const char *sidecar_path;    /* NULL: MODEL.experts when it exists */
+    const char *profile_path;    /* fill the arena from this profile's top at open (strata profile) */
+
+    /* Routing observer: every layer's choices (n_rows x k expert ids,
+     * row-major) on the coordinating thread, in every mode. */
+    void      (*on_route)(void *ctx, int layer, const int32_t *experts, int n_rows, int k);
+    void       *on_route_ctx;
 } engine_opts;
 
 #define ENGINE_CTX_TRAIN (-1)
 
 /* Open a model: parse the GGUF, check the architecture (qwen3moe; others are
- * ERR_UNSUPPORTED naming it), bind and validate every tensor, map the file,
- * build the tokenizer, start the thread pool. *out owned by the caller. */
+ * ERR_UNSUPPORTED naming it), bind and validate every tensor, map the file
+ * (or, streaming, read the non-expert tensors and set up the expert store,
+ * filling it from opts.profile_path), build the tokenizer, start the thread
+ * pool. *out owned by the caller. */
 int  engine_open(engine **out, const engine_opts *o, err *e);
 void engine_close(engine *eng);          /* NULL is a no-op */
 
@@ -103,6 +141,60 @@ uint64_t session_bytes(const session *s);
 int session_eval(session *s, const int32_t *ids, int n, float *logits_out,
                  float *all_logits, err *e);
 
+/* ==== Memory ==== */
+typedef struct engine_memory {
+    int      streaming;
+    uint64_t weights;        /* resident weights: the mapped file, or the non-expert tensors */
+    uint64_t arena;          /* expert arena (0 when all resident) */
+    uint64_t kv;             /* KV cache, per session */
+    uint64_t scratch;        /* forward scratch, per session */
+    uint64_t total;          /* weights + arena + kv + scratch: one session */
+} engine_memory;
+/* What the engine and one session will hold (what the load summary prints). */
+void engine_memory_plan(const engine *eng, engine_memory *out);
+
+/* ==== Expert streaming ====
+ * Counters per phase: a session_eval of several tokens is the prompt phase
+ * (each forward chunk of it a prompt chunk), one token is the decode phase.
+ * They accumulate for the life of the engine; no phase erases another. */
+enum engine_phase { ENGINE_PHASE_PROMPT = 0, ENGINE_PHASE_DECODE = 1 };
+
+typedef struct engine_stream_counters {
+    uint64_t chunks, rows;          /* forward chunks (decode: tokens), rows */
+    uint64_t lookups;               /* distinct layer-experts wanted per chunk, summed */
+    uint64_t hits, ahead, misses;   /* in the arena / prefetched / read on demand */
+    uint64_t streamed_in;           /* experts read (slot fills), of them prefetches: */
+    uint64_t streamed_in_prefetch;
+    uint64_t submissions;           /* read requests */
+    uint64_t reads;                 /* read operations (continuations included) */
+    uint64_t bytes;                 /* bytes read */
+    uint64_t predicted, predicted_used, lookups_predicted;  /* read-ahead accuracy */
+    uint64_t prefetch_wasted;       /* prefetched experts dropped unused */
+    uint64_t extra_waves;           /* a layer's experts did not fit in the arena at once */
+    uint64_t io_errors;
+    double   host_ms, wait_ms;      /* wall time of the chunks, of it waiting for reads */
+} engine_stream_counters;
+
+int  engine_streaming(const engine *eng);
+/* Fill empty arena slots from a ranked list of n (layer, expert) pairs
+ * (pairs[2i], pairs[2i+1]), best first; reported by the init line. */
+int  engine_stream_warm(engine *eng, const int32_t *pairs, uint64_t n, err *e);
+/* "expert arena 6.50 GB, 4129 slots in 2 size classes, ..." (see xstore.h);
+ * 0 and an empty string when not streaming. */
+int  engine_stream_init_line(const engine *eng, char *buf, size_t cap);
+/* ERR_USAGE when not streaming. */
+int  engine_stream_counters_get(const engine *eng, int phase, engine_stream_counters *out);
+/* One human line per phase that ran (--trace). Nothing when not streaming. */
+void engine_stream_trace(const engine *eng, FILE *out);
+/* The stream report as a JSON object ("null" when not streaming); `indent`
+ * prefixes its lines after the first. */
+void engine_stream_report_json(const engine *eng, FILE *out, const char *indent);
+/* Tests only: make chosen expert reads fail, come back short or late
+ * ("eio:N", "short:N", "eof:N", "late:N:MS", then ",count=C", ",every=E",
+ * ",demand"; see expert/xio.h). NULL disarms. ERR_USAGE when not streaming
+ * or for a bad spec. */
+int  engine_stream_fault(engine *eng, const char *spec, err *e);
+
 /* ==== Sampling (llama.cpp's sampler chain semantics) ====
  * The chain is llama.cpp's default for llama-cli / llama-completion:
  * penalties -> top_k -> top_p -> min_p -> temperature -> dist, each stage
@@ -133,5 +225,12 @@ void sampler_close(sampler *sm);          /* NULL is a no-op */
 void sampler_accept(sampler *sm, int32_t id);
 /* Pick the next token from n_vocab logits (not modified). Allocates nothing. */
 int32_t sampler_sample(sampler *sm, const float *logits);
+
+/* ==== Model identity (eval dumps) ====
+ * gguf_fingerprint of the model file (FNV-1a 64 of the GGUF header bytes,
+ * continued over the file size): what `strata inspect` prints as
+ * "fingerprint". Same file, same value; a different file almost surely a
+ * different one. */
+uint64_t engine_model_fingerprint(const engine *eng);
 
 #endif

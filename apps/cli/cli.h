@@ -16,6 +16,13 @@ int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
+int cmd_repack(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_kld(int argc, char **argv);
+int cmd_tfdump(int argc, char **argv);
+int cmd_bench_ab(int argc, char **argv);
+int cmd_taskeval(int argc, char **argv);
 
 /* Shared by run and chat: gen_main (cmd_run.c) parses the generation flags,
  * loads the engine and either generates (run) or hands over to chat_loop

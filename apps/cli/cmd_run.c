@@ -13,7 +13,12 @@
  * llama.cpp, makes those tokens impossible), after -n tokens, or when the
  * context is full (llama.cpp stops once n_past + 1 reaches n_ctx and refuses
  * prompts longer than n_ctx - 4). Exit codes: 0 ok, 1 runtime error
- * (model, I/O, context), 2 usage. */
+ * (model, I/O, context), 2 usage.
+ *
+ * Expert streaming (--arena and friends) is an engine mode: the output is
+ * the same tokens; --trace (or STRATA_TRACE=1) adds the expert-stream
+ * counters per phase to stderr at the end, --report-json FILE writes them
+ * with the timings, the memory plan, the peak RSS and the configuration. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,7 +52,22 @@ typedef struct gen_opts {
     int          escape;
     const char  *chat_template; /* chat only */
     const char  *system_prompt; /* chat only */
+    /* expert streaming */
+    int          stream, arena_auto, evict, io_mode, io_threads, io_depth, read_ahead, ra_from;
+    int          no_direct, no_sidecar;
+    uint64_t     arena_bytes;
+    const char  *arena_arg, *sidecar, *profile;
+    int          trace;
+    const char  *report_json;
 } gen_opts;
+
+/* What run measured (for --report-json); chat leaves it zero. */
+typedef struct gen_timing {
+    size_t prompt_tokens;
+    double prompt_ms;
+    int    gen_tokens;
+    double gen_ms;
+} gen_timing;
 
 static void usage(const char *cmd, FILE *out)
 {
@@ -82,7 +102,24 @@ static void usage(const char *cmd, FILE *out)
                  "  --repeat-last-n N         tokens the penalty looks back (default 64; 0 off; -1 ctx)\n"
                  "  -ctk, --cache-type-k T    KV cache type for K: f16 (default) or f32\n"
                  "  -ctv, --cache-type-v T    KV cache type for V: f16 (default) or f32\n"
-                 "  -h, --help                this help\n");
+                 "  -h, --help                this help\n\n"
+                 "Expert streaming (without --arena every expert stays resident: the file is mapped):\n"
+                 "  --arena SIZE              stream the routed experts from disk through an arena of SIZE\n"
+                 "                            (K/M/G suffixes); auto: 75%% of the available memory less the\n"
+                 "                            resident part; 0: stream every lookup (I/O buffers only)\n"
+                 "  --evict lru|lfu           eviction policy (default lru; lfu: frequency with aging)\n"
+                 "  --io auto|uring|pread     I/O engine (default auto: io_uring when the kernel has it)\n"
+                 "  --io-threads N            pread worker threads (default 4)\n"
+                 "  --io-depth N              io_uring reads in flight (default 4)\n"
+                 "  --read-ahead N            prefetch the next layer's top N experts per row (default 0: off)\n"
+                 "  --read-ahead-from W       hidden state the next layer's router runs on: attn (after this\n"
+                 "                            layer's attention, default) or input (this layer's input)\n"
+                 "  --no-direct               buffered reads instead of O_DIRECT\n"
+                 "  --sidecar FILE            expert sidecar (default MODEL.experts when present)\n"
+                 "  --no-sidecar              read the experts from the GGUF even if a sidecar exists\n"
+                 "  --profile FILE            fill the arena from a profile's top (strata profile) at start\n"
+                 "  --trace                   expert-stream counters per phase on stderr (or STRATA_TRACE=1)\n"
+                 "  --report-json FILE        counters, timings, memory and configuration as JSON\n");
 }
 
 static int parse_kv_type(const char *cmd, const char *flag, const char *v, int *out)
@@ -143,6 +180,42 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
         else if (!chat && IS("--no-escape")) o->escape = 0;
         else if (IS("-ctk") || IS("--cache-type-k")) { VALUE(); if (parse_kv_type(cmd, a, v, &o->kv_k)) return CLI_USAGE; }
         else if (IS("-ctv") || IS("--cache-type-v")) { VALUE(); if (parse_kv_type(cmd, a, v, &o->kv_v)) return CLI_USAGE; }
+        else if (IS("--arena")) {
+            VALUE();
+            o->stream = 1;
+            o->arena_arg = v;
+            if (!strcmp(v, "auto")) o->arena_auto = 1;
+            else if (cli_parse_size(v, &o->arena_bytes))
+                return cli_fail(cmd, CLI_USAGE, "--arena needs a size (K/M/G suffixes), 0 or auto, got '%s'", v);
+        }
+        else if (IS("--evict")) {
+            VALUE();
+            if (!strcmp(v, "lru")) o->evict = ENGINE_EVICT_LRU;
+            else if (!strcmp(v, "lfu")) o->evict = ENGINE_EVICT_LFU;
+            else return cli_fail(cmd, CLI_USAGE, "--evict must be lru or lfu, got '%s'", v);
+        }
+        else if (IS("--io")) {
+            VALUE();
+            if (!strcmp(v, "auto")) o->io_mode = ENGINE_IO_AUTO;
+            else if (!strcmp(v, "uring")) o->io_mode = ENGINE_IO_URING;
+            else if (!strcmp(v, "pread")) o->io_mode = ENGINE_IO_PREAD;
+            else return cli_fail(cmd, CLI_USAGE, "--io must be auto, uring or pread, got '%s'", v);
+        }
+        else if (IS("--io-threads")) INT(1, 256, o->io_threads);
+        else if (IS("--io-depth")) INT(1, 256, o->io_depth);
+        else if (IS("--read-ahead")) INT(0, 65536, o->read_ahead);
+        else if (IS("--read-ahead-from")) {
+            VALUE();
+            if (!strcmp(v, "attn")) o->ra_from = ENGINE_RA_ATTN;
+            else if (!strcmp(v, "input")) o->ra_from = ENGINE_RA_INPUT;
+            else return cli_fail(cmd, CLI_USAGE, "--read-ahead-from must be attn or input, got '%s'", v);
+        }
+        else if (IS("--no-direct")) o->no_direct = 1;
+        else if (IS("--no-sidecar")) o->no_sidecar = 1;
+        else if (IS("--sidecar")) { VALUE(); o->sidecar = v; }
+        else if (IS("--profile")) { VALUE(); o->profile = v; }
+        else if (IS("--trace")) o->trace = 1;
+        else if (IS("--report-json")) { VALUE(); o->report_json = v; }
         else if (chat && IS("--chat-template")) { VALUE(); o->chat_template = v; }
         else if (chat && (IS("-sys") || IS("--system-prompt"))) { VALUE(); o->system_prompt = v; }
         else return cli_fail(cmd, CLI_USAGE, "unknown option '%s' (see strata %s --help)", a, cmd);
@@ -154,6 +227,11 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
     if (!o->model) return cli_fail(cmd, CLI_USAGE, "no model given (-m MODEL)");
     if (!chat && !o->prompt && !o->prompt_file) return cli_fail(cmd, CLI_USAGE, "no prompt given (-p TEXT or -f FILE)");
     if (!chat && o->prompt && o->prompt_file) return cli_fail(cmd, CLI_USAGE, "give -p or -f, not both");
+    if (!o->stream && (o->evict || o->io_mode || o->io_threads || o->io_depth || o->read_ahead || o->ra_from ||
+                       o->no_direct || o->no_sidecar || o->sidecar || o->profile))
+        return cli_fail(cmd, CLI_USAGE, "the expert streaming options need --arena SIZE|auto|0");
+    const char *env_trace = getenv("STRATA_TRACE");
+    if (env_trace && *env_trace && strcmp(env_trace, "0") != 0) o->trace = 1;
     return 0;
 }
 
@@ -188,7 +266,8 @@ static void process_escapes(char *s)
 }
 
 /* Generate after the prompt for `strata run`. */
-static int run_generate(const char *cmd, engine *eng, session *s, sampler *sm, const gen_opts *o, char *text)
+static int run_generate(const char *cmd, engine *eng, session *s, sampler *sm, const gen_opts *o, char *text,
+                        gen_timing *tm)
 {
     err e;
     err_clear(&e);
@@ -245,6 +324,7 @@ static int run_generate(const char *cmd, engine *eng, session *s, sampler *sm, c
     }
     const double t2 = now_ms();
     fflush(stdout);
+    *tm = (gen_timing){ n_ids, t1 - t0, n_gen, t2 - t1 };
     if (ctx_full) fprintf(stderr, "\nstrata %s: context full (%d tokens), stopping\n", cmd, n_ctx);
     fprintf(stderr, "strata %s: load %.1f ms, prompt %zu tokens in %.1f ms (%.2f tok/s), "
             "generated %d tokens in %.1f ms (%.2f tok/s)\n", cmd, engine_load_ms(eng), n_ids, t1 - t0,
@@ -256,6 +336,69 @@ done:
     free(ids);
     free(eog);
     return rc;
+}
+
+/* ==== --report-json ==== */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", f);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* VmHWM / VmRSS of this process in bytes (0 when unknown). */
+static uint64_t proc_status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    const size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') { sscanf(line + n + 1, "%llu", &kb); break; }
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+static int write_report(const char *cmd, const char *path, int argc, char **argv, engine *eng, const gen_opts *o,
+                        const gen_timing *tm, int ok)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return cli_fail(cmd, CLI_ERR, "cannot write %s", path);
+    engine_memory m;
+    engine_memory_plan(eng, &m);
+    fprintf(f, "{\n  \"strata_report\": 1,\n  \"command\": ");
+    json_str(f, cmd);
+    fprintf(f, ",\n  \"argv\": [");
+    for (int i = 0; i < argc; i++) { if (i) fputs(", ", f); json_str(f, argv[i]); }
+    fprintf(f, "],\n  \"ok\": %s,\n  \"model\": ", ok ? "true" : "false");
+    json_str(f, o->model);
+    fprintf(f, ",\n  \"model_desc\": ");
+    json_str(f, engine_model_desc(eng));
+    fprintf(f, ",\n  \"config\": {\"threads\": %d, \"ctx\": %d, \"batch\": %d, \"streaming\": %s, \"arena\": ",
+            engine_n_threads(eng), engine_n_ctx(eng), engine_n_batch(eng), m.streaming ? "true" : "false");
+    json_str(f, o->arena_arg ? o->arena_arg : "resident");
+    fprintf(f, ", \"read_ahead_from\": \"%s\"},\n", o->ra_from == ENGINE_RA_INPUT ? "input" : "attn");
+    fprintf(f, "  \"timings\": {\"load_ms\": %.3f, \"prompt_tokens\": %zu, \"prompt_ms\": %.3f, \"prompt_tok_s\": %.4f, "
+            "\"generated_tokens\": %d, \"gen_ms\": %.3f, \"gen_tok_s\": %.4f},\n", engine_load_ms(eng),
+            tm->prompt_tokens, tm->prompt_ms, tm->prompt_ms > 0 ? 1e3 * (double)tm->prompt_tokens / tm->prompt_ms : 0.0,
+            tm->gen_tokens, tm->gen_ms, tm->gen_ms > 0 ? 1e3 * tm->gen_tokens / tm->gen_ms : 0.0);
+    fprintf(f, "  \"memory\": {\"weights\": %llu, \"arena\": %llu, \"kv\": %llu, \"scratch\": %llu, "
+            "\"planned_total\": %llu, \"rss_peak\": %llu, \"rss\": %llu},\n",
+            (unsigned long long)m.weights, (unsigned long long)m.arena, (unsigned long long)m.kv,
+            (unsigned long long)m.scratch, (unsigned long long)m.total,
+            (unsigned long long)proc_status_kb("VmHWM"), (unsigned long long)proc_status_kb("VmRSS"));
+    fprintf(f, "  \"stream\": ");
+    engine_stream_report_json(eng, f, "  ");
+    fprintf(f, "\n}\n");
+    if (fclose(f) != 0) return cli_fail(cmd, CLI_ERR, "cannot write %s", path);
+    return CLI_OK;
 }
 
 int gen_main(const char *cmd, int argc, char **argv)
@@ -277,7 +420,12 @@ int gen_main(const char *cmd, int argc, char **argv)
     engine_opts eo = {
         .model_path = o.model, .n_threads = o.n_threads, .n_ctx = o.n_ctx, .n_batch = o.n_batch,
         .kv_type_k = o.kv_k, .kv_type_v = o.kv_v, .verbose = 1, .log = stderr,
+        .stream = o.stream, .arena_bytes = o.arena_bytes, .arena_auto = o.arena_auto, .evict = o.evict,
+        .io_mode = o.io_mode, .io_threads = o.io_threads, .io_depth = o.io_depth, .read_ahead = o.read_ahead,
+        .read_ahead_from = o.ra_from, .no_direct = o.no_direct, .no_sidecar = o.no_sidecar,
+        .sidecar_path = o.sidecar, .profile_path = o.profile,
     };
+    gen_timing tm = { 0 };
     engine *eng = NULL;
     session *s = NULL;
     sampler *sm = NULL;
@@ -299,7 +447,12 @@ int gen_main(const char *cmd, int argc, char **argv)
     if (!strcmp(cmd, "chat"))
         rc = chat_loop(eng, s, sm, o.chat_template, o.system_prompt, o.n_predict);
     else
-        rc = run_generate(cmd, eng, s, sm, &o, text);
+        rc = run_generate(cmd, eng, s, sm, &o, text, &tm);
+    if (o.trace) engine_stream_trace(eng, stderr);
+    if (o.report_json) {
+        int wr = write_report(cmd, o.report_json, argc, argv, eng, &o, &tm, rc == CLI_OK);
+        if (rc == CLI_OK) rc = wr;
+    }
 done:
     sampler_close(sm);
     session_free(s);

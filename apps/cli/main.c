@@ -18,6 +18,13 @@ static const command k_commands[] = {
     { "inspect",  cmd_inspect,  "print a GGUF file's metadata, tensors and MoE summary" },
     { "tokenize", cmd_tokenize, "tokenize text with a model's tokenizer (--ids)" },
     { "quantize", cmd_quantize, "quantize a GGUF model (IN OUT TYPE), like llama-quantize" },
+    { "repack",   cmd_repack,   "write the expert sidecar (one aligned blob per layer-expert) next to a GGUF" },
+    { "profile",  cmd_profile,  "rank layer-experts by use on a corpus, for the arena's warm fill" },
+    { "perplexity", cmd_perplexity, "llama-perplexity's chunked perplexity and KL-divergence (base files interchangeable)" },
+    { "tfdump",   cmd_tfdump,   "teacher-forced logit dump of a corpus's evaluation positions" },
+    { "kld",      cmd_kld,      "compare two teacher-forced dumps: PPL, KL(ref||cand), top-1, per position" },
+    { "bench-ab", cmd_bench_ab, "paired A/B benchmark of two strata run configurations" },
+    { "taskeval", cmd_taskeval, "tool-call task evaluation of greedy generations" },
     { "mkmodel",  cmd_mkmodel,  "generate a synthetic qwen3moe GGUF (presets tiny, small, 30b-a3b, 80b-a3b)" },
 };
 
@@ -25,7 +32,7 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: strata <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
-        fprintf(out, "  %-10s %s\n", k_commands[i].name, k_commands[i].help);
+        fprintf(out, "  %-11s %s\n", k_commands[i].name, k_commands[i].help);
     fprintf(out, "\n'strata <command> --help' describes a command's options.\n");
 }
 

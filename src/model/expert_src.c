@@ -23,16 +23,16 @@ static void mmap_close(expert_src *s)
 }
 
 static const expert_src_vtable k_mmap_vt = {
-    .begin_layer = NULL,
     .get = mmap_get,
-    .end_layer = NULL,
     .close = mmap_close,
 };
 
 int expert_src_open_mmap(expert_src **out, const weights *w, err *e)
 {
+    *out = NULL;
+    if (!w->map) return err_setf(e, ERR_USAGE, "the experts are not mapped (weights opened without them)");
     mmap_src *m = calloc(1, sizeof *m);
-    if (!m) { *out = NULL; return err_setf(e, ERR_NOMEM, "out of memory"); }
+    if (!m) return err_setf(e, ERR_NOMEM, "out of memory");
     m->base.vt = &k_mmap_vt;
     m->w = w;
     *out = &m->base;

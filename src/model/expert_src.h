@@ -5,15 +5,26 @@
  * and a streaming store (experts read from disk into a fixed arena) are
  * interchangeable without touching the forward.
  *
- * Protocol, per layer of a chunk:
- *   expert_src_begin_layer(s, layer, experts, n)   the distinct experts the
- *       chunk routes to in this layer (ascending ids); a store makes them
- *       resident (and pins them) before it returns
+ * Protocol, per layer of a chunk (qwen3moe.c's moe()):
+ *   k = expert_src_begin_layer(s, layer, experts, n)   the distinct experts
+ *       the chunk routes to in this layer. The source pins what it has,
+ *       starts reading the rest and returns k >= 1: experts[0..k) is the
+ *       wave to compute now (the source may reorder experts[0..n), e.g.
+ *       resident ones first). k < n only when the set does not fit in the
+ *       source's memory; the caller then computes the wave, ends the layer
+ *       and calls begin_layer(layer, experts + k, n - k) for the rest.
+ *       Negative: an error (the set is not pinned).
+ *   expert_src_prefetch(s, layer + 1, guess, m)    optional, any time before
+ *       the next layer begins: a guess at the next layer's experts, most
+ *       wanted first; it costs reads, never correctness, and never waits.
+ *   expert_src_wait_layer(s, layer)               blocks until the wave is
+ *       resident; an I/O error ends the wave (nothing stays pinned) and is
+ *       returned with a message naming the layer, expert and file offset.
  *   expert_src_get(s, layer, expert, which)        any number of times, from
- *       any thread, for experts of that set
+ *       any thread, for experts of the wave
  *   expert_src_end_layer(s, layer)                 unpins; pointers from get
  *       are invalid afterwards
- * The mmap implementation ignores begin/end and never fails.
+ * The mmap implementation returns k = n, ignores the rest and never fails.
  *
  * get() returns expert `expert`'s contiguous slab of the chosen tensor:
  * EXPERT_GATE / EXPERT_UP: n_ff_exp rows of row_bytes(n_embd), i.e.
@@ -35,9 +46,12 @@ typedef struct expert_src expert_src;
 /* The implementation interface: a store fills a vtable and embeds
  * `expert_src` as its first member. */
 typedef struct expert_src_vtable {
-    int         (*begin_layer)(expert_src *s, int layer, const int32_t *experts, int n, err *e);
+    int         (*begin_layer)(expert_src *s, int layer, int32_t *experts, int n, err *e);
+    int         (*wait_layer)(expert_src *s, int layer, err *e);                      /* optional */
+    void        (*prefetch)(expert_src *s, int layer, const int32_t *experts, int n); /* optional */
     const void *(*get)(expert_src *s, int layer, int expert, int which);
-    void        (*end_layer)(expert_src *s, int layer);
+    void        (*end_layer)(expert_src *s, int layer);                               /* optional */
+    void        (*resident_mask)(expert_src *s, int layer, uint8_t *mask);            /* optional */
     void        (*close)(expert_src *s);
 } expert_src_vtable;
 
@@ -48,12 +62,22 @@ struct expert_src {
 /* All-resident source: pointers into w's mapping (w must outlive it). */
 int  expert_src_open_mmap(expert_src **out, const weights *w, err *e);
 
-static inline int expert_src_begin_layer(expert_src *s, int layer, const int32_t *experts, int n, err *e)
+/* Returns the wave size k (1..n) or a negative ERR_*; see the protocol. */
+static inline int expert_src_begin_layer(expert_src *s, int layer, int32_t *experts, int n, err *e)
 {
-    return s->vt->begin_layer ? s->vt->begin_layer(s, layer, experts, n, e) : 0;
+    return s->vt->begin_layer ? s->vt->begin_layer(s, layer, experts, n, e) : n;
 }
-/* Thread-safe between begin_layer and end_layer. Never NULL for an expert of
- * the begun set. */
+static inline int expert_src_wait_layer(expert_src *s, int layer, err *e)
+{
+    return s->vt->wait_layer ? s->vt->wait_layer(s, layer, e) : 0;
+}
+static inline void expert_src_prefetch(expert_src *s, int layer, const int32_t *experts, int n)
+{
+    if (s->vt->prefetch) s->vt->prefetch(s, layer, experts, n);
+}
+static inline int expert_src_can_prefetch(const expert_src *s) { return s->vt->prefetch != NULL; }
+/* Thread-safe between wait_layer and end_layer. Never NULL for an expert of
+ * the wave. */
 static inline const void *expert_src_get(expert_src *s, int layer, int expert, int which)
 {
     return s->vt->get(s, layer, expert, which);
@@ -61,6 +85,13 @@ static inline const void *expert_src_get(expert_src *s, int layer, int expert, i
 static inline void expert_src_end_layer(expert_src *s, int layer)
 {
     if (s->vt->end_layer) s->vt->end_layer(s, layer);
+}
+/* mask[e] (n_expert bytes) = 1 if expert e of `layer` is in memory or on its
+ * way (always 1 for the mmap source). For residency-aware routing. */
+static inline void expert_src_resident_mask(expert_src *s, int layer, uint8_t *mask, int n_expert)
+{
+    if (s->vt->resident_mask) { s->vt->resident_mask(s, layer, mask); return; }
+    for (int i = 0; i < n_expert; i++) mask[i] = 1;
 }
 static inline void expert_src_close(expert_src *s)   /* NULL is a no-op */
 {

@@ -45,24 +45,30 @@ struct qwen3moe_scratch {
     float   *eout;     /* (n_batch*n_expert_used, n_embd) weighted expert outputs */
     float   *scores;   /* (n_threads, n_ctx) attention scores */
     float   *rope;     /* (n_threads, head_dim) RoPE cos/sin */
+    float   *pxn;      /* (n_batch, n_embd) read-ahead: rows normed for the next layer */
+    uint8_t *pqa;      /* (n_batch, 4*n_embd) bytes: them quantized for its router */
+    float   *pred;     /* (n_batch, n_expert) its router logits */
+    int32_t *ptop;     /* (n_expert) one row's top-N */
+    int32_t *pvotes;   /* (n_expert) rows choosing each expert */
+    int32_t *pset;     /* (n_expert) the guess, most voted first */
+    int      planning; /* scratch_alloc only counts (qwen3moe_scratch_plan) */
     uint64_t bytes;
 };
 
 static void *scratch_alloc(qwen3moe_scratch *s, size_t n, int *fail)
 {
     if (n == 0) n = 1;
+    s->bytes += n;
+    if (s->planning) return NULL;
     void *p = malloc(n);
     if (!p) *fail = 1;
-    s->bytes += n;
     return p;
 }
 
-int qwen3moe_scratch_open(qwen3moe_scratch **out, const qwen3moe *m, int n_batch, int n_ctx, err *e)
+/* Every buffer, in one place, for both allocating and planning. */
+static void scratch_carve(qwen3moe_scratch *s, const qwen3moe *m, int n_batch, int n_ctx, int *fail)
 {
-    *out = NULL;
     const hparams *hp = m->hp;
-    qwen3moe_scratch *s = calloc(1, sizeof *s);
-    if (!s) return err_setf(e, ERR_NOMEM, "out of memory");
     const size_t B = (size_t)n_batch, E = (size_t)hp->n_embd, D = (size_t)hp->head_dim;
     const size_t QD = (size_t)hp->n_head * D, KVD = (size_t)hp->n_head_kv * D;
     const size_t X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used, F = (size_t)hp->n_ff_exp;
@@ -71,27 +77,43 @@ int qwen3moe_scratch_open(qwen3moe_scratch **out, const qwen3moe *m, int n_batch
     s->n_batch = n_batch;
     s->n_ctx = n_ctx;
     s->n_threads = (int)T;
+    s->x      = scratch_alloc(s, sizeof(float) * B * E, fail);
+    s->xn     = scratch_alloc(s, sizeof(float) * B * E, fail);
+    s->q      = scratch_alloc(s, sizeof(float) * B * QD, fail);
+    s->k      = scratch_alloc(s, sizeof(float) * B * KVD, fail);
+    s->v      = scratch_alloc(s, sizeof(float) * B * KVD, fail);
+    s->att    = scratch_alloc(s, sizeof(float) * B * QD, fail);
+    s->qa     = scratch_alloc(s, 4 * B * wide, fail);
+    s->qb     = scratch_alloc(s, 4 * B * wide, fail);
+    s->router = scratch_alloc(s, sizeof(float) * B * X, fail);
+    s->sel    = scratch_alloc(s, sizeof(int32_t) * B * K, fail);
+    s->selw   = scratch_alloc(s, sizeof(float) * B * K, fail);
+    s->cnt    = scratch_alloc(s, sizeof(int32_t) * (X + 1), fail);
+    s->fill   = scratch_alloc(s, sizeof(int32_t) * X, fail);
+    s->used   = scratch_alloc(s, sizeof(int32_t) * X, fail);
+    s->list   = scratch_alloc(s, sizeof(int32_t) * B * K, fail);
+    s->h      = scratch_alloc(s, sizeof(float) * B * K * F, fail);
+    s->hq     = scratch_alloc(s, 4 * B * K * F, fail);
+    s->eout   = scratch_alloc(s, sizeof(float) * B * K * E, fail);
+    s->scores = scratch_alloc(s, sizeof(float) * T * (size_t)n_ctx, fail);
+    s->rope   = scratch_alloc(s, sizeof(float) * T * D, fail);
+    if (m->read_ahead > 0) {
+        s->pxn    = scratch_alloc(s, sizeof(float) * B * E, fail);
+        s->pqa    = scratch_alloc(s, 4 * B * E, fail);
+        s->pred   = scratch_alloc(s, sizeof(float) * B * X, fail);
+        s->ptop   = scratch_alloc(s, sizeof(int32_t) * X, fail);
+        s->pvotes = scratch_alloc(s, sizeof(int32_t) * X, fail);
+        s->pset   = scratch_alloc(s, sizeof(int32_t) * X, fail);
+    }
+}
+
+int qwen3moe_scratch_open(qwen3moe_scratch **out, const qwen3moe *m, int n_batch, int n_ctx, err *e)
+{
+    *out = NULL;
+    qwen3moe_scratch *s = calloc(1, sizeof *s);
+    if (!s) return err_setf(e, ERR_NOMEM, "out of memory");
     int fail = 0;
-    s->x      = scratch_alloc(s, sizeof(float) * B * E, &fail);
-    s->xn     = scratch_alloc(s, sizeof(float) * B * E, &fail);
-    s->q      = scratch_alloc(s, sizeof(float) * B * QD, &fail);
-    s->k      = scratch_alloc(s, sizeof(float) * B * KVD, &fail);
-    s->v      = scratch_alloc(s, sizeof(float) * B * KVD, &fail);
-    s->att    = scratch_alloc(s, sizeof(float) * B * QD, &fail);
-    s->qa     = scratch_alloc(s, 4 * B * wide, &fail);
-    s->qb     = scratch_alloc(s, 4 * B * wide, &fail);
-    s->router = scratch_alloc(s, sizeof(float) * B * X, &fail);
-    s->sel    = scratch_alloc(s, sizeof(int32_t) * B * K, &fail);
-    s->selw   = scratch_alloc(s, sizeof(float) * B * K, &fail);
-    s->cnt    = scratch_alloc(s, sizeof(int32_t) * (X + 1), &fail);
-    s->fill   = scratch_alloc(s, sizeof(int32_t) * X, &fail);
-    s->used   = scratch_alloc(s, sizeof(int32_t) * X, &fail);
-    s->list   = scratch_alloc(s, sizeof(int32_t) * B * K, &fail);
-    s->h      = scratch_alloc(s, sizeof(float) * B * K * F, &fail);
-    s->hq     = scratch_alloc(s, 4 * B * K * F, &fail);
-    s->eout   = scratch_alloc(s, sizeof(float) * B * K * E, &fail);
-    s->scores = scratch_alloc(s, sizeof(float) * T * (size_t)n_ctx, &fail);
-    s->rope   = scratch_alloc(s, sizeof(float) * T * D, &fail);
+    scratch_carve(s, m, n_batch, n_ctx, &fail);
     if (fail) {
         uint64_t want = s->bytes;
         qwen3moe_scratch_close(s);
@@ -102,6 +124,16 @@ int qwen3moe_scratch_open(qwen3moe_scratch **out, const qwen3moe *m, int n_batch
     return 0;
 }
 
+uint64_t qwen3moe_scratch_plan(const qwen3moe *m, int n_batch, int n_ctx)
+{
+    qwen3moe_scratch s;
+    memset(&s, 0, sizeof s);
+    s.planning = 1;
+    int fail = 0;
+    scratch_carve(&s, m, n_batch, n_ctx, &fail);
+    return s.bytes;
+}
+
 void qwen3moe_scratch_close(qwen3moe_scratch *s)
 {
     if (!s) return;
@@ -109,6 +141,7 @@ void qwen3moe_scratch_close(qwen3moe_scratch *s)
     free(s->qa); free(s->qb); free(s->router); free(s->sel); free(s->selw);
     free(s->cnt); free(s->fill); free(s->used); free(s->list);
     free(s->h); free(s->hq); free(s->eout); free(s->scores); free(s->rope);
+    free(s->pxn); free(s->pqa); free(s->pred); free(s->ptop); free(s->pvotes); free(s->pset);
     free(s);
 }
 
@@ -306,7 +339,8 @@ static void add_row(void *p, int idx, int ith)
 /* Gate and up for (expert, hidden row f) items; h = silu(g) * u. */
 typedef struct gu_job {
     const qwen3moe *m; const layer_weights *lw; qwen3moe_scratch *s;
-    int layer, r0, n_used;
+    int layer, r0;
+    const int32_t *ex; int n_ex;   /* the wave's experts */
     act_rows xg, xu;        /* ffn input rows r0.. quantized for gate / up */
 } gu_job;
 
@@ -318,9 +352,9 @@ static void gu_fn(void *p, int ith, int nth)
     const int64_t E = hp->n_embd;
     const wtensor *gt = &j->lw->gate_exps, *ut = &j->lw->up_exps;
     long lo, hi;
-    tpool_split((long)j->n_used * F, ith, nth, &lo, &hi);
+    tpool_split((long)j->n_ex * F, ith, nth, &lo, &hi);
     for (long it = lo; it < hi; it++) {
-        const int e = j->s->used[it / F], f = (int)(it % F);
+        const int e = j->ex[it / F], f = (int)(it % F);
         const uint8_t *gw = (const uint8_t *)expert_src_get(j->m->xs, j->layer, e, EXPERT_GATE) + (uint64_t)f * gt->row_bytes;
         const uint8_t *uw = (const uint8_t *)expert_src_get(j->m->xs, j->layer, e, EXPERT_UP) + (uint64_t)f * ut->row_bytes;
         for (int t = j->s->cnt[e]; t < j->s->cnt[e + 1]; t++) {
@@ -335,7 +369,8 @@ static void gu_fn(void *p, int ith, int nth)
 /* Down for (expert, output row m) items, weighted by the routing weight. */
 typedef struct down_job {
     const qwen3moe *m; const layer_weights *lw; qwen3moe_scratch *s;
-    int layer, n_used;
+    int layer;
+    const int32_t *ex; int n_ex;   /* the wave's experts */
     act_rows hin;           /* hidden rows: row-slot r at base + (r - r_base) * stride */
     int r_base;
 } down_job;
@@ -348,9 +383,9 @@ static void down_fn(void *p, int ith, int nth)
     const int64_t F = hp->n_ff_exp;
     const wtensor *dt = &j->lw->down_exps;
     long lo, hi;
-    tpool_split((long)j->n_used * E, ith, nth, &lo, &hi);
+    tpool_split((long)j->n_ex * E, ith, nth, &lo, &hi);
     for (long it = lo; it < hi; it++) {
-        const int e = j->s->used[it / E], mr = (int)(it % E);
+        const int e = j->ex[it / E], mr = (int)(it % E);
         const uint8_t *dw = (const uint8_t *)expert_src_get(j->m->xs, j->layer, e, EXPERT_DOWN) + (uint64_t)mr * dt->row_bytes;
         for (int t = j->s->cnt[e]; t < j->s->cnt[e + 1]; t++) {
             const int r = j->s->list[t];
@@ -420,9 +455,69 @@ static int group_by_expert(const hparams *hp, qwen3moe_scratch *s, int r0, int n
     return n_used;
 }
 
+/* Quantize the hidden rows of the wave's row-slots for down: item i is
+ * expert ex[i], whose row-slots are list[cnt[e] .. cnt[e+1]). Row-slot r
+ * goes to dst + (r - r_base) * stride, as one quantization of all rows
+ * would put it (the result of quantizing a row depends only on the row). */
+typedef struct hq_job {
+    const quant_ops *act; int64_t F;
+    qwen3moe_scratch *s; const int32_t *ex;
+    int r_base; size_t stride;
+} hq_job;
+
+static void hq_expert(void *p, int i, int ith)
+{
+    (void)ith;
+    hq_job *j = p;
+    const int e = j->ex[i];
+    for (int t = j->s->cnt[e]; t < j->s->cnt[e + 1]; t++) {
+        const int r = j->s->list[t];
+        j->act->quant(j->s->h + (size_t)r * (size_t)j->F, j->s->hq + (size_t)(r - j->r_base) * j->stride, j->F);
+    }
+}
+
+/* ==== Read-ahead ==== */
+
+/* Guess layer L's experts from the current residual rows (s->x) and hand
+ * them to the source: the rows that layer's MoE will process are normed
+ * with its ffn_norm, run through its router, and each row's top N experts
+ * vote; the guess is every voted expert, most votes first (ties: lower id
+ * first). Nothing here feeds the result. */
+static void read_ahead(const qwen3moe *m, qwen3moe_scratch *s, int L, int n, int n_out)
+{
+    const hparams *hp = m->hp;
+    if (m->read_ahead <= 0 || L >= hp->n_layer || !expert_src_can_prefetch(m->xs)) return;
+    const int r0 = L == hp->n_layer - 1 ? n - n_out : 0;
+    if (r0 >= n) return;   /* that layer's MoE will not run */
+    const int nr = n - r0, E = hp->n_embd, X = hp->n_expert;
+    const int N = m->read_ahead < X ? m->read_ahead : X;
+    const layer_weights *lw = &m->w->layers[L];
+    tpool *pool = m->pool;
+    norm_job nj = { s->x + (size_t)r0 * E, s->pxn, lw->ffn_norm, E, hp->rms_eps };
+    run_rows(pool, nr, norm_row, &nj);
+    act_rows a = quantize_for(pool, &lw->gate_inp, s->pxn, (size_t)E, nr, s->pqa);
+    mm_out o = { &lw->gate_inp, s->pred, (size_t)X };
+    matmul(pool, &o, 1, a, nr);
+    memset(s->pvotes, 0, sizeof(int32_t) * (size_t)X);
+    for (int i = 0; i < nr; i++) {
+        ops_topk(s->pred + (size_t)i * X, X, N, s->ptop);
+        for (int t = 0; t < N; t++) s->pvotes[s->ptop[t]]++;
+    }
+    /* insertion sort by votes, descending; stable, so ties keep id order */
+    int cnt = 0;
+    for (int x = 0; x < X; x++) {
+        if (!s->pvotes[x]) continue;
+        int j = cnt++;
+        while (j > 0 && s->pvotes[s->pset[j - 1]] < s->pvotes[x]) { s->pset[j] = s->pset[j - 1]; j--; }
+        s->pset[j] = x;
+    }
+    expert_src_prefetch(m->xs, L, s->pset, cnt);
+}
+
 /* ==== The forward ==== */
 
-static int moe(const qwen3moe *m, const layer_weights *lw, qwen3moe_scratch *s, int layer, int r0, int n, err *e)
+static int moe(const qwen3moe *m, const layer_weights *lw, qwen3moe_scratch *s, int layer, int r0, int n,
+               int n_out, err *e)
 {
     const hparams *hp = m->hp;
     const int E = hp->n_embd, F = hp->n_ff_exp, K = hp->n_expert_used;
@@ -437,23 +532,47 @@ static int moe(const qwen3moe *m, const layer_weights *lw, qwen3moe_scratch *s, 
     mm_out ro = { &lw->gate_inp, s->router, (size_t)hp->n_expert };
     matmul(pool, &ro, 1, xr, nr);
     route(hp, s, r0, n);
+    if (m->on_route) m->on_route(m->on_route_ctx, layer, s->sel + (size_t)r0 * K, nr, K);
     const int n_used = group_by_expert(hp, s, r0, n);
 
-    int rc = expert_src_begin_layer(m->xs, layer, s->used, n_used, e);
-    if (rc) return rc;
+    /* gate and up inputs, for every wave; they share one quantization when
+     * their dot types agree */
+    act_rows xg = quantize_for(pool, &lw->gate_exps, xn, (size_t)E, nr, s->qa);
+    act_rows xu = lw->up_exps.ops.dot_type == lw->gate_exps.ops.dot_type ? xg
+                : quantize_for(pool, &lw->up_exps, xn, (size_t)E, nr, s->qb);
+    const int down_f32 = lw->down_exps.ops.dot_type == QTYPE_F32;
 
-    /* gate and up share one quantization when their dot types agree. */
-    gu_job gj = { m, lw, s, layer, r0, n_used, { 0 }, { 0 } };
-    gj.xg = quantize_for(pool, &lw->gate_exps, xn, (size_t)E, nr, s->qa);
-    gj.xu = lw->up_exps.ops.dot_type == lw->gate_exps.ops.dot_type ? gj.xg
-          : quantize_for(pool, &lw->up_exps, xn, (size_t)E, nr, s->qb);
-    tpool_run(pool, gu_fn, &gj);
+    for (int done = 0; done < n_used;) {
+        int32_t *ex = s->used + done;
+        const int k = expert_src_begin_layer(m->xs, layer, ex, n_used - done, e);
+        if (k < 0) return k;
+        if (k == 0 || k > n_used - done) {
+            expert_src_end_layer(m->xs, layer);
+            return err_setf(e, ERR_INTERNAL, "expert source returned a wave of %d of %d experts", k, n_used - done);
+        }
+        /* the demand reads are queued: guess the next layer behind them */
+        if (done == 0 && m->ra_from == QWEN3MOE_RA_ATTN) read_ahead(m, s, layer + 1, n, n_out);
+        int rc = expert_src_wait_layer(m->xs, layer, e);
+        if (rc) return rc;
 
-    /* hidden rows (all slots of rows r0..n) in down's dot type */
-    down_job dj = { m, lw, s, layer, n_used, { 0 }, r0 * K };
-    dj.hin = quantize_for(pool, &lw->down_exps, s->h + (size_t)r0 * K * F, (size_t)F, nr * K, s->hq);
-    tpool_run(pool, down_fn, &dj);
-    expert_src_end_layer(m->xs, layer);
+        gu_job gj = { m, lw, s, layer, r0, ex, k, xg, xu };
+        tpool_run(pool, gu_fn, &gj);
+
+        /* the wave's hidden rows in down's dot type */
+        down_job dj = { m, lw, s, layer, ex, k, { 0 }, r0 * K };
+        if (down_f32) {
+            dj.hin.base = (const uint8_t *)(s->h + (size_t)r0 * K * F);
+            dj.hin.stride = (size_t)F * sizeof(float);
+        } else {
+            hq_job hj = { &lw->down_exps.act, F, s, ex, r0 * K, (size_t)lw->down_exps.act_bytes };
+            run_rows(pool, k, hq_expert, &hj);
+            dj.hin.base = s->hq;
+            dj.hin.stride = (size_t)lw->down_exps.act_bytes;
+        }
+        tpool_run(pool, down_fn, &dj);
+        expert_src_end_layer(m->xs, layer);
+        done += k;
+    }
 
     moe_sum_job sj = { s, r0, E, K };
     run_rows(pool, nr, moe_sum_row, &sj);
@@ -480,6 +599,7 @@ int qwen3moe_forward(const qwen3moe *m, const kv_cache_view *kv, qwen3moe_scratc
     for (int l = 0; l < hp->n_layer; l++) {
         const layer_weights *lw = &w->layers[l];
         const int r0 = l == hp->n_layer - 1 ? n - n_out : 0;
+        if (m->ra_from == QWEN3MOE_RA_INPUT) read_ahead(m, s, l + 1, n, n_out);
 
         /* attention input norm and the Q, K, V projections (all rows: every
          * row's K and V go to the cache) */
@@ -513,7 +633,7 @@ int qwen3moe_forward(const qwen3moe *m, const kv_cache_view *kv, qwen3moe_scratc
         add_job adj = { s->x, s->xn, r0, E };
         run_rows(pool, n - r0, add_row, &adj);
 
-        int rc = moe(m, lw, s, l, r0, n, e);
+        int rc = moe(m, lw, s, l, r0, n, n_out, e);
         if (rc) return rc;
     }
     if (n_out == 0) return 0;

@@ -32,6 +32,17 @@
 #include "util/err.h"
 #include "util/threadpool.h"
 
+/* Where read-ahead takes the hidden state it runs layer L+1's router on,
+ * while layer L computes (see "Read-ahead" below). */
+enum qwen3moe_ra_from {
+    QWEN3MOE_RA_ATTN  = 0,   /* layer L's residual after its attention (default) */
+    QWEN3MOE_RA_INPUT = 1,   /* layer L's input, before its attention */
+};
+
+/* A routing observer: layer `layer` routed rows to experts (n_rows x k,
+ * row-major, top-k order). Called on the coordinating thread. */
+typedef void (*qwen3moe_route_fn)(void *ctx, int layer, const int32_t *experts, int n_rows, int k);
+
 /* What the forward reads: all borrowed from the engine. */
 typedef struct qwen3moe {
     const hparams *hp;
@@ -40,6 +51,10 @@ typedef struct qwen3moe {
     tpool         *pool;
     const float   *f16_tab;   /* ops_f16_table_init */
     ops_kernels    kern;      /* ops_kernels_get(isa) */
+    int            read_ahead;   /* top-N per row prefetched for the next layer; 0: off */
+    int            ra_from;      /* enum qwen3moe_ra_from */
+    qwen3moe_route_fn on_route;  /* optional */
+    void          *on_route_ctx;
 } qwen3moe;
 
 /* The KV cache the forward appends to (owned by a session). Layer l's K rows
@@ -56,6 +71,8 @@ typedef struct qwen3moe_scratch qwen3moe_scratch;
 /* Buffers for chunks of up to n_batch rows with up to n_ctx positions on a
  * pool of n_threads. *out owned by the caller. */
 int  qwen3moe_scratch_open(qwen3moe_scratch **out, const qwen3moe *m, int n_batch, int n_ctx, err *e);
+/* The bytes qwen3moe_scratch_open would allocate (for memory plans). */
+uint64_t qwen3moe_scratch_plan(const qwen3moe *m, int n_batch, int n_ctx);
 void qwen3moe_scratch_close(qwen3moe_scratch *s);   /* NULL is a no-op */
 uint64_t qwen3moe_scratch_bytes(const qwen3moe_scratch *s);
 
@@ -64,7 +81,21 @@ uint64_t qwen3moe_scratch_bytes(const qwen3moe_scratch *s);
  * cache and, if n_out > 0, the logits of the last n_out rows to
  * logits[n_out][n_vocab] (row j = after token n - n_out + j). n_out = 0
  * skips the head (and the last layer's MoE, which only feeds it). Errors
- * come only from the expert source. */
+ * come only from the expert source (an I/O error names the layer, expert
+ * and offset); the KV rows already written for this chunk are then simply
+ * not counted by the caller.
+ *
+ * Waves: when the expert source cannot hold a layer's whole set at once,
+ * the layer's experts are computed in waves (expert_src.h). Each expert
+ * writes only the hidden and output rows of the row-slots routed to it,
+ * and the rows are summed after the last wave, so the result is the same
+ * bytes whatever the waves.
+ *
+ * Read-ahead (read_ahead = N > 0 and a source that can prefetch): in layer
+ * L, once its demand reads are queued, the hidden state chosen by ra_from is
+ * normed with layer L+1's ffn_norm and run through layer L+1's router; the
+ * top N experts of every row (distinct, most-voted first) are handed to
+ * expert_src_prefetch. It changes what is read when, never the result. */
 int qwen3moe_forward(const qwen3moe *m, const kv_cache_view *kv, qwen3moe_scratch *s,
                      const int32_t *ids, int n, int pos0, int n_out, float *logits, err *e);
 

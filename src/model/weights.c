@@ -7,6 +7,7 @@
 #include "model/weights.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@ typedef struct binder {
     weights         *w;
     cpu_isa          isa;
     uint8_t         *used;   /* n_tensors flags: bound tensors */
+    uint8_t        **tdata;  /* n_tensors: where each tensor's bytes are in memory (NULL: not there) */
 } binder;
 
 static void fmt_shape(char *buf, size_t cap, const int64_t *ne, int n_dims)
@@ -59,11 +61,12 @@ static int bind(binder *b, const char *name, int n_dims, const int64_t *ne, int 
         quant_ops_get(out->ops.dot_type, b->isa, &out->act, &tmp) != 0)
         return err_setf(e, ERR_UNSUPPORTED, "tensor %s: type %s is not supported (%s)", name,
                         qtype_name(ti->type), tmp.msg);
+    out->act.quant = out->act.act_quant;   /* inputs: ggml-cpu's rounding, not the weights' (quant.h) */
     uint64_t act_bytes;
     if (qtype_row_bytes(out->ops.dot_type, ti->ne[0], &act_bytes, &tmp) != 0)
         return err_setf(e, ERR_UNSUPPORTED, "tensor %s: rows of %lld do not fit activation type %s", name,
                         (long long)ti->ne[0], qtype_name(out->ops.dot_type));
-    out->data = b->w->map + ti->file_off;
+    out->data = b->tdata[idx];
     out->type = ti->type;
     for (int i = 0; i < 4; i++) out->ne[i] = ti->ne[i];
     out->row_bytes = ti->nb[1];
@@ -88,7 +91,50 @@ static int bind_norm(binder *b, const char *name, int64_t n, float *dst, err *e)
     return 0;
 }
 
-int weights_open(weights **out, const gguf_file *f, hparams *hp, cpu_isa isa, err *e)
+/* A routed-expert tensor ("blk.N.ffn_{gate,up,down}_exps.weight"): never
+ * read in WEIGHTS_RESIDENT_ONLY. */
+static int is_expert_tensor(gguf_str name)
+{
+    static const char *suffix = "_exps.weight";
+    const uint64_t n = 12;
+    return name.n > n && !memcmp(name.p + name.n - n, suffix, n);
+}
+
+/* WEIGHTS_RESIDENT_ONLY: read every non-expert tensor into one buffer
+ * (each at a 64-byte aligned offset) and point tdata at them. */
+static int read_resident(const gguf_file *f, weights *w, uint8_t **tdata, err *e)
+{
+    const int64_t n = gguf_n_tensors(f);
+    uint64_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const gguf_tensor_info *ti = gguf_tensor(f, i);
+        if (is_expert_tensor(ti->name)) continue;
+        total = (total + 63) & ~(uint64_t)63;
+        total += ti->bytes;
+    }
+    w->resident = malloc(total ? (size_t)total : 1);
+    if (!w->resident)
+        return err_setf(e, ERR_NOMEM, "cannot allocate %.1f MB for the non-expert weights", (double)total / 1e6);
+    w->resident_bytes = total;
+    uint64_t off = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const gguf_tensor_info *ti = gguf_tensor(f, i);
+        if (is_expert_tensor(ti->name)) continue;
+        off = (off + 63) & ~(uint64_t)63;
+        tdata[i] = w->resident + off;
+        if (ti->bytes) {
+            int rc = gguf_read_tensor(f, i, 0, tdata[i], ti->bytes, e);
+            if (rc) return rc;
+        }
+        off += ti->bytes;
+    }
+    /* the copies are ours now: do not leave the file's pages charged to us
+     * in the page cache (a memory cgroup counts them) */
+    posix_fadvise(gguf_fd(f), 0, 0, POSIX_FADV_DONTNEED);
+    return 0;
+}
+
+int weights_open(weights **out, const gguf_file *f, hparams *hp, cpu_isa isa, int mode, err *e)
 {
     *out = NULL;
     int fd = gguf_fd(f);
@@ -97,8 +143,10 @@ int weights_open(weights **out, const gguf_file *f, hparams *hp, cpu_isa isa, er
     if (!w) return err_setf(e, ERR_NOMEM, "out of memory");
     w->fd = fd;
     w->file_size = gguf_file_size(f);
+    w->mode = mode == WEIGHTS_RESIDENT_ONLY ? WEIGHTS_RESIDENT_ONLY : WEIGHTS_MAP_ALL;
     int rc = 0;
     uint8_t *used = NULL;
+    uint8_t **tdata = NULL;
 
     struct stat st;
     if (fstat(fd, &st) != 0) { rc = err_setf(e, ERR_IO, "cannot stat model file: %s", strerror(errno)); goto fail; }
@@ -108,18 +156,26 @@ int weights_open(weights **out, const gguf_file *f, hparams *hp, cpu_isa isa, er
         goto fail;
     }
     w->mtime = st.st_mtim;
-    void *m = mmap(NULL, (size_t)w->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) { rc = err_setf(e, ERR_IO, "cannot map model file: %s", strerror(errno)); goto fail; }
-    w->map = m;
-    w->map_bytes = w->file_size;
 
     int64_t n_tensors = gguf_n_tensors(f);
+    tdata = calloc((size_t)(n_tensors > 0 ? n_tensors : 1), sizeof *tdata);
+    if (!tdata) { rc = err_setf(e, ERR_NOMEM, "out of memory"); goto fail; }
+    if (w->mode == WEIGHTS_MAP_ALL) {
+        void *m = mmap(NULL, (size_t)w->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) { rc = err_setf(e, ERR_IO, "cannot map model file: %s", strerror(errno)); goto fail; }
+        w->map = m;
+        w->map_bytes = w->file_size;
+        for (int64_t i = 0; i < n_tensors; i++) tdata[i] = (uint8_t *)w->map + gguf_tensor(f, i)->file_off;
+    } else if ((rc = read_resident(f, w, tdata, e))) {
+        goto fail;
+    }
+
     used = calloc((size_t)(n_tensors > 0 ? n_tensors : 1), 1);
     w->layers = calloc((size_t)hp->n_layer, sizeof *w->layers);
     const int64_t E = hp->n_embd, D = hp->head_dim, L = hp->n_layer;
     w->norms = malloc(sizeof(float) * (size_t)(E + L * (2 * E + 2 * D)));
     if (!used || !w->layers || !w->norms) { rc = err_setf(e, ERR_NOMEM, "out of memory"); goto fail; }
-    binder b = { f, w, isa, used };
+    binder b = { f, w, isa, used, tdata };
 
     /* token_embd fixes n_vocab (checked against the tokenizer by the engine). */
     int64_t idx = gguf_find_tensor(f, "token_embd.weight");
@@ -202,11 +258,13 @@ int weights_open(weights **out, const gguf_file *f, hparams *hp, cpu_isa isa, er
         goto fail;
     }
     free(used);
+    free(tdata);
     *out = w;
     return 0;
 
 fail:
     free(used);
+    free(tdata);
     weights_close(w);
     return rc ? rc : ERR_INTERNAL;
 }
@@ -215,6 +273,7 @@ void weights_close(weights *w)
 {
     if (!w) return;
     if (w->map) munmap((void *)w->map, (size_t)w->map_bytes);
+    free(w->resident);
     free(w->layers);
     free(w->norms);
     free(w);
@@ -230,4 +289,9 @@ int weights_check_file(const weights *w, err *e)
     if (st.st_mtim.tv_sec != w->mtime.tv_sec || st.st_mtim.tv_nsec != w->mtime.tv_nsec)
         return err_setf(e, ERR_IO, "model file was modified since it was opened");
     return 0;
+}
+
+uint64_t weights_resident_bytes(const weights *w)
+{
+    return w->mode == WEIGHTS_MAP_ALL ? w->map_bytes : w->resident_bytes;
 }

@@ -1,10 +1,18 @@
 /* weights: binds a qwen3moe GGUF's tensors to the forward pass.
  *
- * What it owns: one read-only private mapping of the whole file (mmap
- * PROT_READ, MAP_PRIVATE; this is the all-resident mode), the table of bound
- * tensors with their kernels, and small float copies of the norm vectors.
- * Every weight pointer is a borrowed view into the mapping, valid until
- * weights_close().
+ * What it owns, in one of two modes:
+ *   WEIGHTS_MAP_ALL       one read-only private mapping of the whole file
+ *                         (mmap PROT_READ, MAP_PRIVATE): the all-resident
+ *                         mode, experts included;
+ *   WEIGHTS_RESIDENT_ONLY one buffer holding every tensor except the routed
+ *                         experts, read once with pread at open (and dropped
+ *                         from the page cache afterwards). Nothing of the
+ *                         file is mapped, so the experts can only come
+ *                         through the expert store: their wtensors carry
+ *                         type and shape, and data == NULL.
+ * plus the table of bound tensors with their kernels, and small float
+ * copies of the norm vectors. Every weight pointer is a borrowed view into
+ * the mapping or the buffer, valid until weights_close().
  *
  * Validation at open: every required tensor is present, has a type strata
  * has kernels for (quant_ops_get), and has exactly the shape the hyper-
@@ -57,9 +65,14 @@ typedef struct layer_weights {
     wtensor down_exps;        /* (n_expert, n_embd, n_ff_exp): through expert_src only */
 } layer_weights;
 
+enum weights_mode { WEIGHTS_MAP_ALL = 0, WEIGHTS_RESIDENT_ONLY = 1 };
+
 typedef struct weights {
-    const uint8_t *map;       /* owned mapping of the whole file */
+    int            mode;      /* enum weights_mode */
+    const uint8_t *map;       /* owned mapping of the whole file (WEIGHTS_MAP_ALL), else NULL */
     uint64_t       map_bytes;
+    uint8_t       *resident;  /* owned buffer of the non-expert tensors (WEIGHTS_RESIDENT_ONLY) */
+    uint64_t       resident_bytes;
     int            fd;        /* borrowed from the gguf_file (for the size check) */
     uint64_t       file_size; /* size at open */
     struct timespec mtime;    /* modification time at open */
@@ -75,10 +88,14 @@ typedef struct weights {
     uint64_t       bytes_by_type[QTYPE_MAX_ID];
 } weights;
 
-/* Map `f`'s file and bind every qwen3moe tensor; sets hp->n_vocab from
- * token_embd. `isa` picks the kernels. *out owned by the caller. */
-int  weights_open(weights **out, const gguf_file *f, hparams *hp, cpu_isa isa, err *e);
-void weights_close(weights *w);   /* NULL is a no-op; unmaps */
+/* Map (or, WEIGHTS_RESIDENT_ONLY, read the non-expert part of) `f`'s file
+ * and bind every qwen3moe tensor; sets hp->n_vocab from token_embd. `isa`
+ * picks the kernels. *out owned by the caller. */
+int  weights_open(weights **out, const gguf_file *f, hparams *hp, cpu_isa isa, int mode, err *e);
+void weights_close(weights *w);   /* NULL is a no-op; unmaps / frees */
+/* Bytes the weights hold in memory: the whole mapping (WEIGHTS_MAP_ALL) or
+ * the non-expert buffer. */
+uint64_t weights_resident_bytes(const weights *w);
 
 /* ERR_IO if the file changed size or modification time since open (a
  * truncated mapping would fault; a rewritten one would give wrong output).

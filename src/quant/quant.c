@@ -2,9 +2,11 @@
  * tables (see quant.h).
  *
  * What it owns: the one static table that says, per ggml type, which scalar
- * kernel and which AVX2 kernel (if any) implements each operation, and the
- * choice between them. A kernel without an AVX2 version falls back to its
- * scalar reference individually, so an ops table may mix the two.
+ * kernel and which AVX2 kernel (if any) implements each operation (the
+ * activation quantizer defaults to the weight quantizer; only Q8_0 / Q8_1
+ * have their own), and the choice between them. A kernel without an AVX2
+ * version falls back to its scalar reference individually, so an ops table
+ * may mix the two.
  *
  * It does not check shapes per call (see quant.h) and keeps no state: the
  * table is static const, quant_ops_get is reentrant. */
@@ -16,6 +18,7 @@ typedef struct kernel_row {
     quant_dequant_fn dequant, dequant_avx2;
     quant_quant_fn   quant, quant_avx2;
     quant_dot_fn     dot, dot_avx2;
+    quant_quant_fn   act, act_avx2;   /* NULL: same as quant / quant_avx2 */
 } kernel_row;
 
 #define REF(t) quant_ref_dequant_##t, NULL, quant_ref_quant_##t, NULL, quant_ref_dot_##t
@@ -30,8 +33,9 @@ static const kernel_row k_kernels[QTYPE_MAX_ID] = {
     [QTYPE_Q5_0] = { REF(q5_0), quant_avx2_dot_q5_0 },
     [QTYPE_Q5_1] = { REF(q5_1), quant_avx2_dot_q5_1 },
     [QTYPE_Q8_0] = { quant_ref_dequant_q8_0, NULL, quant_ref_quant_q8_0, quant_avx2_quant_q8_0,
-                     quant_ref_dot_q8_0, quant_avx2_dot_q8_0 },
-    [QTYPE_Q8_1] = { REF(q8_1), NULL },
+                     quant_ref_dot_q8_0, quant_avx2_dot_q8_0,
+                     quant_ref_act_quant_q8_0, quant_avx2_act_quant_q8_0 },
+    [QTYPE_Q8_1] = { REF(q8_1), NULL, quant_ref_act_quant_q8_1, quant_avx2_act_quant_q8_1 },
     [QTYPE_Q2_K] = { REF(q2_K), quant_avx2_dot_q2_K },
     [QTYPE_Q3_K] = { REF(q3_K), quant_avx2_dot_q3_K },
     [QTYPE_Q4_K] = { REF(q4_K), quant_avx2_dot_q4_K },
@@ -72,6 +76,8 @@ int quant_ops_get(int type, cpu_isa isa, quant_ops *out, err *e)
     out->dequant = simd && k->dequant_avx2 ? k->dequant_avx2 : k->dequant;
     out->quant = simd && k->quant_avx2 ? k->quant_avx2 : k->quant;
     out->dot = simd && k->dot_avx2 ? k->dot_avx2 : k->dot;
+    if (k->act) out->act_quant = simd && k->act_avx2 ? k->act_avx2 : k->act;
+    else out->act_quant = out->quant;
     return 0;
 }
 
@@ -101,5 +107,15 @@ int quant_quantize(int type, const float *src, void *dst, int64_t n, err *e)
     int rc = check_n(type, n, e);
     if (rc) return rc;
     k->quant(src, dst, n);
+    return 0;
+}
+
+int quant_act_quantize(int type, const float *src, void *dst, int64_t n, err *e)
+{
+    const kernel_row *k = row_for(type, e);
+    if (!k) return ERR_UNSUPPORTED;
+    int rc = check_n(type, n, e);
+    if (rc) return rc;
+    (k->act ? k->act : k->quant)(src, dst, n);
     return 0;
 }

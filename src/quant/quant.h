@@ -4,9 +4,24 @@
  * Numerics contract (matches ggml-cpu): a dot of a weight row of type T with
  * activations first quantizes the activations to qtype_get(T)->dot_type
  * (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants, F16
- * for F16, BF16 for BF16, F32 for F32) and then computes the integer/half dot
- * block by block with the same per-block scale arithmetic as ggml's reference
- * (_generic) vec_dot.
+ * for F16, BF16 for BF16, F32 for F32) with the dot type's act_quant, and
+ * then computes the integer/half dot block by block with the same per-block
+ * scale arithmetic as ggml's reference (_generic) vec_dot.
+ *
+ * Two quantizers per type, because ggml has two:
+ *   quant      == ggml's quantize_row_*_ref: what llama-quantize writes into
+ *                 files (weights). Q8_0/Q8_1: q = roundf(x * (1 / d)),
+ *                 d = amax / 127 (halves rounded away from zero).
+ *   act_quant  == ggml-cpu's from_float, what llama.cpp applies to
+ *                 activations at run time. Differs from `quant` only for
+ *                 Q8_0/Q8_1, whose SIMD from_float on x86 (AVX/AVX2/AVX-512
+ *                 builds, arch/x86/quants.c; ARM NEON is the same) computes
+ *                 q = round-half-even(x * (127 / amax)): a different
+ *                 multiplier (127/amax is not 1/(amax/127) in float) and a
+ *                 different tie rule, so about 1 block in 10^4 comes out
+ *                 different from quantize_row_q8_0_ref. Same d, same s.
+ *                 Input must be finite.
+ * Both exist in scalar and AVX2 form; each pair is bit-identical.
  *
  * Every kernel exists in a scalar reference version (quant_ref.c) and, where
  * it matters, an AVX2 version (quant_avx2.c). quant_ops_get() picks one by
@@ -32,8 +47,10 @@ typedef struct quant_ops {
     quant_dequant_fn dequant;   /* row of `type` -> f32 */
     quant_quant_fn   quant;     /* f32 -> row of `type` (reference rounding, as
                                    ggml's quantize_row_*_ref; used for weights
-                                   without an importance matrix, and for
-                                   activations when `type` is a dot_type) */
+                                   without an importance matrix) */
+    quant_quant_fn   act_quant; /* f32 -> row of `type` as ggml-cpu quantizes
+                                   activations (its from_float); == quant except
+                                   for Q8_0 / Q8_1 (see above) */
     quant_dot_fn     dot;       /* row of `type` . row of `dot_type` */
 } quant_ops;
 
@@ -41,8 +58,10 @@ typedef struct quant_ops {
  * kernels without a SIMD version). ERR_UNSUPPORTED for types without kernels. */
 int quant_ops_get(int type, cpu_isa isa, quant_ops *out, err *e);
 
-/* Convenience wrappers through the scalar reference (tests, tools). */
+/* Convenience wrappers through the scalar reference (tests, tools):
+ * quant_quantize uses `quant` (weights), quant_act_quantize `act_quant`. */
 int quant_dequantize(int type, const void *src, float *dst, int64_t n, err *e);
 int quant_quantize(int type, const float *src, void *dst, int64_t n, err *e);
+int quant_act_quantize(int type, const float *src, void *dst, int64_t n, err *e);
 
 #endif

@@ -4,13 +4,15 @@
  *
  * What it owns: the int8 dot products of every weight format against its
  * activation format (maddubs-based, one pass per block, in the shape of
- * ggml's ggml-cpu/arch/x86/quants.c), the F32/F16/BF16 dots, the activation
- * quantizers Q8_0 and Q8_K, and F16/BF16 row conversion.
+ * ggml's ggml-cpu/arch/x86/quants.c), the F32/F16/BF16 dots, the
+ * quantizers Q8_0 (reference rounding) and Q8_K, ggml-cpu's activation
+ * quantizers Q8_0 / Q8_1, and F16/BF16 row conversion.
  *
  * Contracts against the scalar reference (quant_ref.c), checked by tests:
- *   - quant_q8_0, quant_q8_K, quant_f16, quant_bf16, dequant_f16,
- *     dequant_bf16: bit-identical (same rounding: roundf's half-away-from-
- *     zero for Q8_0, ties-to-even for Q8_K, same scale arithmetic).
+ *   - quant_q8_0, quant_q8_K, act_quant_q8_0, act_quant_q8_1, quant_f16,
+ *     quant_bf16, dequant_f16, dequant_bf16: bit-identical (same rounding:
+ *     roundf's half-away-from-zero for quant_q8_0, ties-to-even for Q8_K and
+ *     the act_quant pair, same scale arithmetic).
  *   - dots: the per-block integer sums are identical; only the order in
  *     which the float per-block terms are added differs (8 SIMD lanes
  *     instead of ggml's generic 8 partial sums / one running sum). Bound:
@@ -210,6 +212,15 @@ static inline __m256 roundf_8(__m256 v)
     return _mm256_add_ps(t, _mm256_and_ps(ge, one));
 }
 
+/* _mm256_cvttps_epi32, but 0 where the value does not convert (+-inf, NaN:
+ * INT32_MIN): what the scalar reference's int8 conversions give there (a
+ * block so tiny that its inverse scale overflows; see quant_ref.c ref_i8). */
+static inline __m256i cvtt_or_zero(__m256 v)
+{
+    const __m256i i = _mm256_cvttps_epi32(v);
+    return _mm256_andnot_si256(_mm256_cmpeq_epi32(i, _mm256_set1_epi32(INT32_MIN)), i);
+}
+
 static inline float hmax_f32_8(__m256 m)
 {
     __m128 r = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
@@ -237,9 +248,53 @@ void quant_avx2_quant_q8_0(const float *x, void *vy, int64_t n)
         v1 = roundf_8(_mm256_mul_ps(v1, mul));
         v2 = roundf_8(_mm256_mul_ps(v2, mul));
         v3 = roundf_8(_mm256_mul_ps(v3, mul));
-        const __m256i q = pack_i32x4_to_i8(_mm256_cvttps_epi32(v0), _mm256_cvttps_epi32(v1),
-                                           _mm256_cvttps_epi32(v2), _mm256_cvttps_epi32(v3));
+        const __m256i q = pack_i32x4_to_i8(cvtt_or_zero(v0), cvtt_or_zero(v1), cvtt_or_zero(v2), cvtt_or_zero(v3));
         _mm256_storeu_si256((__m256i *)y[i].qs, q);
+    }
+}
+
+/* ggml-cpu's activation quantizers (quant_ref.c act_quant_q8_0 / q8_1):
+ * q = round-half-even(x * (127 / amax)), the arithmetic of ggml's x86
+ * quantize_row_q8_0 / q8_1 operation for operation. 32 values -> 4 vectors
+ * of int32 in *q (element order). Returns d. */
+static inline float act_q8_block(const float *x, __m256i q[4])
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4];
+    for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + 8 * k);
+    __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
+    m = _mm256_max_ps(m, _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    const float amax = hmax_f32_8(m);
+    const __m256 mul = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+    for (int k = 0; k < 4; k++)
+        q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], mul),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return amax / 127.f;
+}
+
+void quant_avx2_act_quant_q8_0(const float *x, void *vy, int64_t n)
+{
+    block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        __m256i q[4];
+        y[i].d = fp32_to_fp16(act_q8_block(x, q));
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x4_to_i8(q[0], q[1], q[2], q[3]));
+    }
+}
+
+void quant_avx2_act_quant_q8_1(const float *x, void *vy, int64_t n)
+{
+    block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
+        __m256i q[4];
+        const float d = act_q8_block(x, q);
+        y[i].d = fp32_to_fp16(d);
+        const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+        s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+        y[i].s = fp32_to_fp16(d * (float)_mm_cvtsi128_si32(s4));
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x4_to_i8(q[0], q[1], q[2], q[3]));
     }
 }
 
@@ -278,7 +333,7 @@ void quant_avx2_quant_q8_K(const float *x, void *vy, int64_t n)
                 /* nearest_int == round to nearest even for |v| <= 2^22. */
                 const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * g + 8 * k), mul),
                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                q32[k] = _mm256_min_epi32(_mm256_cvttps_epi32(v), max127);
+                q32[k] = _mm256_min_epi32(cvtt_or_zero(v), max127);
             }
             const __m256i q = pack_i32x4_to_i8(q32[0], q32[1], q32[2], q32[3]);
             _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * g), q);

@@ -148,6 +148,10 @@ QREF_DECL(q6_K)
 QREF_DECL(q8_K)
 #undef QREF_DECL
 
+/* ggml-cpu's activation quantizers for Q8_0 / Q8_1 (see quant.h act_quant). */
+void quant_ref_act_quant_q8_0(const float *src, void *dst, int64_t n);
+void quant_ref_act_quant_q8_1(const float *src, void *dst, int64_t n);
+
 float quant_ref_dot_f32(int64_t n, const void *w, const void *a);
 float quant_ref_dot_f16(int64_t n, const void *w, const void *a);
 float quant_ref_dot_bf16(int64_t n, const void *w, const void *a);
@@ -173,6 +177,8 @@ void quant_avx2_quant_f16(const float *src, void *dst, int64_t n);
 void quant_avx2_quant_bf16(const float *src, void *dst, int64_t n);
 void quant_avx2_quant_q8_0(const float *src, void *dst, int64_t n);
 void quant_avx2_quant_q8_K(const float *src, void *dst, int64_t n);
+void quant_avx2_act_quant_q8_0(const float *src, void *dst, int64_t n);
+void quant_avx2_act_quant_q8_1(const float *src, void *dst, int64_t n);
 
 float quant_avx2_dot_f32(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_f16(int64_t n, const void *w, const void *a);

@@ -8,6 +8,8 @@
  *                   uses without an importance matrix: make_qx_quants,
  *                   make_q3_quants, make_qkx2_quants; bit-exact, including
  *                   the truncating casts and the 1.5*2^23 rounding trick);
+ *   - act_quant_q8_0 / q8_1 == ggml-cpu's SIMD quantize_row_q8_0 / q8_1, the
+ *                   activation quantizers llama.cpp actually runs;
  *   - dot_*      == ggml's *_generic vec_dot (same integer sums, same float
  *                   scale arithmetic, same 8-lane partial sums for K-quants).
  * The AVX2 kernels (quant_avx2.c) are checked against these in tests.
@@ -354,7 +356,16 @@ float quant_ref_dot_q5_1(int64_t n, const void *vw, const void *va)
  *   x[j] = d * q[j]
  * quantize: d = amax / 127 (stored as f16), q = roundf(x * (1/d)) where 1/d is
  * taken from the float d before it is rounded to f16 (as ggml does). roundf
- * rounds halves away from zero. */
+ * rounds halves away from zero. When 1/d overflows (amax < 127/FLT_MAX)
+ * x * id is +-inf or NaN and ggml's (int8_t)roundf() is undefined; x86 builds
+ * convert through cvttss2si (INT32_MIN) and keep the low byte: 0. ref_i8
+ * spells that out. */
+
+static inline int8_t ref_i8(float v)
+{
+    const float r = roundf(v);
+    return isfinite(r) ? (int8_t)r : 0;
+}
 
 void quant_ref_quant_q8_0(const float *x, void *vy, int64_t n)
 {
@@ -365,7 +376,7 @@ void quant_ref_quant_q8_0(const float *x, void *vy, int64_t n)
         const float d = amax / ((1 << 7) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = f2h(d);
-        for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)roundf(x[j] * id);
+        for (int j = 0; j < QK8_0; j++) y[i].qs[j] = ref_i8(x[j] * id);
     }
 }
 
@@ -407,8 +418,8 @@ void quant_ref_quant_q8_1(const float *x, void *vy, int64_t n)
         y[i].d = f2h(d);
         int sum = 0;
         for (int j = 0; j < QK8_1 / 2; j++) {
-            y[i].qs[j] = (int8_t)roundf(x[j] * id);
-            y[i].qs[j + QK8_1 / 2] = (int8_t)roundf(x[j + QK8_1 / 2] * id);
+            y[i].qs[j] = ref_i8(x[j] * id);
+            y[i].qs[j + QK8_1 / 2] = ref_i8(x[j + QK8_1 / 2] * id);
             sum += y[i].qs[j] + y[i].qs[j + QK8_1 / 2];
         }
         y[i].s = f2h(sum * d);
@@ -435,6 +446,61 @@ float quant_ref_dot_q8_1(int64_t n, const void *vw, const void *va)
         sumf += s * (h2f(x[i].d) * h2f(y[i].d));
     }
     return sumf;
+}
+
+/* ==== Activation quantizers Q8_0 / Q8_1 (ggml-cpu from_float) ====
+ * What llama.cpp's CPU backend applies to activations (ggml-cpu
+ * arch/x86/quants.c quantize_row_q8_0 / q8_1 in AVX/AVX2/AVX-512 builds):
+ * the block layout and d are as above, but
+ *   q = round-half-even(x * id),  id = amax != 0 ? 127 / amax : 0
+ * (a vector multiply by 127/amax, then _mm256_round_ps to nearest). That
+ * multiplier is not always the float 1 / (amax / 127) of the reference, and
+ * ties go to even, so a few blocks in 10^4 differ from quant_ref_quant_q8_0.
+ * quant_nearest_int is exactly round-half-even here (|x * id| <= 127.0001).
+ * One corner is kept bit-exact too: when 127 / amax overflows (amax <
+ * 127 / FLT_MAX, a block of tiny values) x * id is +-inf or NaN, which the
+ * SIMD conversion turns into INT32_MIN and the packs into -128 (d is 0
+ * then, so the block still contributes 0). Finite input only. */
+
+static inline int32_t act_cvt(float v)   /* _mm256_round_ps + _mm256_cvtps_epi32 */
+{
+    return isfinite(v) ? quant_nearest_int(v) : INT32_MIN;
+}
+
+static inline int8_t sat_i8(int32_t v)   /* the saturating packs */
+{
+    return (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+}
+
+void quant_ref_act_quant_q8_0(const float *x, void *vy, int64_t n)
+{
+    block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[i].d = f2h(amax / 127.f);
+        for (int j = 0; j < QK8_0; j++) y[i].qs[j] = sat_i8(act_cvt(x[j] * id));
+    }
+}
+
+void quant_ref_act_quant_q8_1(const float *x, void *vy, int64_t n)
+{
+    block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK8_1; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.f;
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[i].d = f2h(d);
+        uint32_t sum = 0;   /* ggml sums the int32 conversions, wrapping */
+        for (int j = 0; j < QK8_1; j++) {
+            const int32_t q = act_cvt(x[j] * id);
+            y[i].qs[j] = sat_i8(q);
+            sum += (uint32_t)q;
+        }
+        y[i].s = f2h(d * (float)(int32_t)sum);
+    }
 }
 
 /* ==== K-quant helpers (ggml-quants.c) ==== */

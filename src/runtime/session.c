@@ -92,6 +92,8 @@ int session_eval(session *s, const int32_t *ids, int n, float *logits_out, float
     if (rc) return rc;
 
     const size_t V = (size_t)env->n_vocab;
+    /* several tokens are a prompt, one is a decode step (stream counters) */
+    const int phase = n > 1 ? XSTORE_PROMPT : XSTORE_DECODE;
     int pos = s->n_past;
     for (int off = 0; off < n; off += env->n_batch) {
         const int nb = n - off < env->n_batch ? n - off : env->n_batch;
@@ -100,7 +102,9 @@ int session_eval(session *s, const int32_t *ids, int n, float *logits_out, float
         float *dst = NULL;
         if (all_logits) { n_out = nb; dst = all_logits + (size_t)off * V; }
         else if (logits_out && last) { n_out = 1; dst = logits_out; }
+        if (env->store) xstore_chunk_begin(env->store, phase, nb);
         rc = qwen3moe_forward(&env->model, &s->kv, s->scratch, ids + off, nb, pos, n_out, dst, e);
+        if (env->store) xstore_chunk_end(env->store);
         if (rc) return rc;   /* n_past unchanged: the partial chunks are simply not counted */
         pos += nb;
     }

@@ -16,12 +16,14 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "expert/xstore.h"
 #include "model/qwen3moe.h"
 #include "model/weights.h"
 
 typedef struct session_env {
     qwen3moe       model;     /* forward inputs (borrowed from the engine) */
     const weights *w;         /* for the file-changed check */
+    xstore        *store;     /* the expert store when streaming, else NULL (chunk counters) */
     int            n_ctx;
     int            n_batch;
     int            k_f16, v_f16;

@@ -13,7 +13,8 @@ float64: the "true" model the file describes. Two options emulate what
 llama.cpp's CPU backend does on purpose, so that a float32 engine that follows
 it can be compared with a tight tolerance:
   act_quant: activations entering a matmul are rounded to float32 and
-             quantized to the weight type's vec_dot_type (quant_ref.py).
+             quantized to the weight type's vec_dot_type (quant_ref.py), and
+             RoPE angles are formed in float32 as ggml does (rope_angles).
   kv="f16":  K and V are rounded to fp16 when stored in the KV cache.
 
 Shapes: a GGUF weight with ne = {in, out} is read as a numpy (out, in)
@@ -140,13 +141,33 @@ def softmax(x, axis=-1):
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def rope_neox(x, pos, n_rot, base, freq_scale):
-    """NEOX RoPE on x (T, H, D): for i < n_rot/2, rotate the pair
-    (x[i], x[i + n_rot/2]) by theta_i = pos * freq_scale * base^(-2i/n_rot).
-    Dims >= n_rot pass through."""
+def rope_angles(pos, n_rot, base, freq_scale, ggml=False):
+    """theta[t, i] = pos_t * freq_scale * base^(-2i/n_rot), i < n_rot/2.
+
+    ggml=True reproduces how ggml-cpu forms the angle (ops.cpp rope cache): in
+    float32, theta_scale = powf(base, -2.0f/n_rot), theta = (float)pos, then
+    theta *= theta_scale once per pair. That drifts from the exact angle by up
+    to ~1e-6 relative at the last pairs, enough to move an activation across a
+    Q8 rounding boundary now and then, so the emulated reference uses it."""
     half = n_rot // 2
-    i = np.arange(half, dtype=np.float64)
-    theta = pos[:, None].astype(np.float64) * freq_scale * base ** (-2.0 * i / n_rot)   # (T, half)
+    if not ggml:
+        i = np.arange(half, dtype=np.float64)
+        return pos[:, None].astype(np.float64) * freq_scale * base ** (-2.0 * i / n_rot)
+    f32 = np.float32
+    # powf: glibc's is correctly rounded for these arguments; so is this.
+    scale = f32(np.float64(f32(base)) ** np.float64(f32(-2.0) / f32(n_rot)))
+    theta = np.empty((len(pos), half), dtype=f32)
+    t = pos.astype(f32)
+    for i in range(half):
+        theta[:, i] = (f32(freq_scale) * t).astype(f32)
+        t = (t * scale).astype(f32)
+    return theta.astype(np.float64)
+
+
+def rope_neox(x, theta, n_rot):
+    """NEOX RoPE on x (T, H, D) with angles theta (T, n_rot/2): rotate the pair
+    (x[i], x[i + n_rot/2]) by theta_i. Dims >= n_rot pass through."""
+    half = n_rot // 2
     c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
     out = x.copy()
     a, b = x[..., :half], x[..., half:n_rot]
@@ -238,8 +259,9 @@ class Model:
         k = k.reshape(T, Hkv, D)
         v = v.reshape(T, Hkv, D)
         # Per-head RMSNorm of Q and K (weights {head_dim}), then RoPE.
-        q = rope_neox(rms_norm(q, lw["q_norm"], hp.eps), pos, hp.n_rot, hp.rope_base, hp.freq_scale)
-        k = rope_neox(rms_norm(k, lw["k_norm"], hp.eps), pos, hp.n_rot, hp.rope_base, hp.freq_scale)
+        theta = rope_angles(pos, hp.n_rot, hp.rope_base, hp.freq_scale, ggml=self.act_quant)
+        q = rope_neox(rms_norm(q, lw["q_norm"], hp.eps), theta, hp.n_rot)
+        k = rope_neox(rms_norm(k, lw["k_norm"], hp.eps), theta, hp.n_rot)
         if self.kv == "f16":   # the KV cache stores fp16
             k = k.astype(np.float32).astype(np.float16).astype(self.dtype)
             v = v.astype(np.float32).astype(np.float16).astype(self.dtype)

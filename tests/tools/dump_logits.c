@@ -2,7 +2,11 @@
  * logits, for the float64 oracle (tests/ref) and the chunking tests.
  *
  *   dump_logits MODEL OUT.bin IDS [-t N] [-ctk f32|f16] [-ctv f32|f16] [-b N]
- *               [--split K] [--check-alloc]
+ *               [--split K] [--check-alloc] [--decode]
+ *               [--arena SIZE|0] [--evict lru|lfu] [--io auto|uring|pread]
+ *               [--io-threads N] [--io-depth N] [--read-ahead N]
+ *               [--read-ahead-from attn|input] [--no-direct] [--no-sidecar]
+ *               [--fault SPEC [--retry]] [--trace]
  *
  * IDS: comma-separated token ids (no BOS is added). OUT.bin: int32 n_tokens,
  * int32 n_vocab, then float32 logits[n_tokens][n_vocab], row i = the logits
@@ -16,7 +20,18 @@
  * time and fail (exit 1) if any malloc/calloc/realloc happened inside those
  * session_eval calls: the decode loop must not allocate. The counting
  * wrappers below forward to glibc's allocator (__libc_malloc and friends);
- * the counter only runs while armed, and only this test binary has them. */
+ * the counter only runs while armed, and only this test binary has them.
+ *
+ * --decode: evaluate the first id as a prompt, then every other id alone
+ * (the decode phase), writing every row's logits as before.
+ *
+ * Streaming: --arena and the options after it are engine_opts' expert
+ * streaming (see `strata run --help`); --trace prints the stream counters.
+ * --fault SPEC arms an injected I/O fault (engine_stream_fault) before the
+ * evaluation; an evaluation that fails then exits 1 with its message, or,
+ * with --retry, is reported on stderr ("dump_logits: eval failed: ...") and
+ * repeated once on the same session (the fault spec's count is used up),
+ * which must then succeed. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,11 +121,45 @@ static int parse_ids(const char *s, int32_t **out, int *n_out)
 int main(int argc, char **argv)
 {
     const char *pos[3] = { 0 };
-    int n_pos = 0, check_alloc = 0;
+    int n_pos = 0, check_alloc = 0, decode = 0, retry = 0, trace = 0;
     long split = 0;
+    const char *fault = NULL;
     engine_opts o = { 0 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        const int has_val = i + 1 < argc;
+        if (!strcmp(a, "--arena") && has_val) {
+            const char *v = argv[++i];
+            char *end;
+            const double d = strtod(v, &end);
+            double mul = 1.0;
+            if (end != v && *end == 'K') { mul = 1024.0; end++; }
+            else if (end != v && *end == 'M') { mul = 1048576.0; end++; }
+            else if (end != v && *end == 'G') { mul = 1073741824.0; end++; }
+            if (end == v || d < 0 || *end) return fail("bad arena size '%s'", v);
+            o.stream = 1;
+            o.arena_bytes = (uint64_t)(d * mul);
+            continue;
+        }
+        if (!strcmp(a, "--evict") && has_val) { o.evict = !strcmp(argv[++i], "lfu") ? ENGINE_EVICT_LFU : ENGINE_EVICT_LRU; continue; }
+        if (!strcmp(a, "--io") && has_val) {
+            const char *v = argv[++i];
+            o.io_mode = !strcmp(v, "uring") ? ENGINE_IO_URING : !strcmp(v, "pread") ? ENGINE_IO_PREAD : ENGINE_IO_AUTO;
+            continue;
+        }
+        if (!strcmp(a, "--io-threads") && has_val) { o.io_threads = atoi(argv[++i]); continue; }
+        if (!strcmp(a, "--io-depth") && has_val) { o.io_depth = atoi(argv[++i]); continue; }
+        if (!strcmp(a, "--read-ahead") && has_val) { o.read_ahead = atoi(argv[++i]); continue; }
+        if (!strcmp(a, "--read-ahead-from") && has_val) {
+            o.read_ahead_from = !strcmp(argv[++i], "input") ? ENGINE_RA_INPUT : ENGINE_RA_ATTN;
+            continue;
+        }
+        if (!strcmp(a, "--no-direct")) { o.no_direct = 1; continue; }
+        if (!strcmp(a, "--no-sidecar")) { o.no_sidecar = 1; continue; }
+        if (!strcmp(a, "--fault") && has_val) { fault = argv[++i]; continue; }
+        if (!strcmp(a, "--retry")) { retry = 1; continue; }
+        if (!strcmp(a, "--trace")) { trace = 1; continue; }
+        if (!strcmp(a, "--decode")) { decode = 1; continue; }
         if (!strcmp(a, "-t") || !strcmp(a, "-b") || !strcmp(a, "-ctk") || !strcmp(a, "-ctv")) {
             if (i + 1 >= argc) return fail("%s needs a value", a);
             const char *v = argv[++i];
@@ -152,16 +201,36 @@ int main(int argc, char **argv)
     engine *eng = NULL;
     session *s = NULL;
     if (engine_open(&eng, &o, &e) || session_create(&s, eng, &e)) return fail("%s", e.msg);
+    if (fault && engine_stream_fault(eng, fault, &e)) return fail("%s", e.msg);
     const int32_t V = engine_n_vocab(eng);
     float *logits = malloc(sizeof(float) * (size_t)n * (size_t)V);
     if (!logits) return fail("%s", "out of memory");
-    if (split > 0 && split < n) {
-        if (session_eval(s, ids, (int)split, NULL, logits, &e) ||
-            session_eval(s, ids + split, n - (int)split, NULL, logits + (size_t)split * (size_t)V, &e))
-            return fail("%s", e.msg);
-    } else if (session_eval(s, ids, n, NULL, logits, &e)) {
-        return fail("%s", e.msg);
+    /* the evaluation as a list of pieces: [0, split) [split, n), or the
+     * first id then one id at a time (--decode) */
+    long cuts[3] = { 0, n, n };
+    int n_cuts = 1;
+    if (split > 0 && split < n) { cuts[1] = split; cuts[2] = n; n_cuts = 2; }
+    for (long c0 = 0, piece = 0; c0 < n; piece++) {
+        const long c1 = decode ? c0 + 1 : piece < n_cuts ? cuts[piece + 1] : n;
+        int rc = session_eval(s, ids + c0, (int)(c1 - c0), NULL, logits + (size_t)c0 * (size_t)V, &e);
+        if (rc && retry) {
+            fprintf(stderr, "dump_logits: eval failed: %s\n", e.msg);
+            err_clear(&e);
+            retry = 0;
+            rc = session_eval(s, ids + c0, (int)(c1 - c0), NULL, logits + (size_t)c0 * (size_t)V, &e);
+        }
+        if (rc) {
+            if (trace) engine_stream_trace(eng, stderr);
+            fprintf(stderr, "dump_logits: %s\n", e.msg);
+            free(logits);
+            free(ids);
+            session_free(s);
+            engine_close(eng);
+            return 1;
+        }
+        c0 = c1;
     }
+    if (trace) engine_stream_trace(eng, stderr);
 
     FILE *f = fopen(pos[1], "wb");
     if (!f) return fail("cannot open '%s' for writing", pos[1]);

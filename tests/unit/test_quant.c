@@ -606,6 +606,101 @@ TEST(test_avx2_quantizers_bit_identical)
     free(x); free(y1); free(y2); free(q1); free(q2);
 }
 
+/* ==== Activation quantizers (ggml-cpu from_float) ==== */
+
+/* Known answers from ggml itself: quantize_row_q8_0 / q8_1 of
+ * libggml-cpu-haswell.so (node-llama-cpp 3.22.1's llama.cpp build) and
+ * quantize_row_q8_0_ref of its libggml-base.so, on two blocks:
+ *   a: amax 127 (so x * 127 / amax = x): exact halves, where ggml-cpu rounds
+ *      to even and the reference away from zero;
+ *   b: amax = 0x3f81ce07 and x = amax / 2: x * (127 / amax) = 63.4999962
+ *      but x * (1 / (amax / 127)) = 63.5000038, so 63 against 64 with no tie. */
+TEST(test_act_quant_ggml_known_answers)
+{
+    float a[32] = { 127, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 126.5f, -126.5f };
+    float b[32] = { 0 };
+    const uint32_t ub = 0x3f81ce07u, uh = 0x3f01ce07u;
+    memcpy(&b[0], &ub, 4);
+    memcpy(&b[1], &uh, 4);
+    b[2] = -b[1];
+    static const int8_t a_act[9] = { 127, 0, 2, 2, 0, -2, -2, 126, -126 };
+    static const int8_t a_ref[9] = { 127, 1, 2, 3, -1, -2, -3, 127, -127 };
+    static const int8_t b_act[3] = { 127, 63, -63 }, b_ref[3] = { 127, 64, -64 };
+    uint8_t q[36];
+    for (int isa = 0; isa < 2; isa++) {
+        if (isa && !have_avx2()) break;
+        quant_ops o0, o1;
+        CHECK(quant_ops_get(QTYPE_Q8_0, isa ? CPU_ISA_AVX2 : CPU_ISA_SCALAR, &o0, NULL) == 0);
+        CHECK(quant_ops_get(QTYPE_Q8_1, isa ? CPU_ISA_AVX2 : CPU_ISA_SCALAR, &o1, NULL) == 0);
+        o0.act_quant(a, q, 32);
+        CHECK(q[0] == 0x00 && q[1] == 0x3c && memcmp(q + 2, a_act, 9) == 0);
+        o0.quant(a, q, 32);
+        CHECK(q[0] == 0x00 && q[1] == 0x3c && memcmp(q + 2, a_ref, 9) == 0);
+        o1.act_quant(a, q, 32);   /* d 0x3c00, s = fp16(1 * sum) 0x57f0 */
+        CHECK(q[0] == 0x00 && q[1] == 0x3c && q[2] == 0xf0 && q[3] == 0x57 && memcmp(q + 4, a_act, 9) == 0);
+        o0.act_quant(b, q, 32);
+        CHECK(q[0] == 0x17 && q[1] == 0x20 && memcmp(q + 2, b_act, 3) == 0);
+        o0.quant(b, q, 32);
+        CHECK(q[0] == 0x17 && q[1] == 0x20 && memcmp(q + 2, b_ref, 3) == 0);
+        o1.act_quant(b, q, 32);
+        CHECK(q[0] == 0x17 && q[1] == 0x20 && q[2] == 0x0e && q[3] == 0x3c && memcmp(q + 4, b_act, 3) == 0);
+    }
+    /* the convenience wrapper is the scalar act_quant */
+    CHECK(quant_act_quantize(QTYPE_Q8_0, b, q, 32, NULL) == 0 && memcmp(q + 2, b_act, 3) == 0);
+    CHECK(quant_act_quantize(QTYPE_Q8_0, b, q, 31, NULL) == ERR_FORMAT);
+    /* all-zero block: d = 0, every q = 0 */
+    float z[64] = { 0 };
+    CHECK(quant_act_quantize(QTYPE_Q8_1, z, q, 32, NULL) == 0);
+    for (int i = 0; i < 36; i++) CHECK(q[i] == 0);
+}
+
+/* act_quant scalar == AVX2, bit for bit, on data that exercises both
+ * rounding differences from the reference (halves, 127/amax != 1/d). */
+TEST(test_act_quant_avx2_bit_identical)
+{
+    if (!have_avx2()) { fprintf(stderr, "  (no AVX2: skipped)\n"); return; }
+    static const int types[] = { QTYPE_Q8_0, QTYPE_Q8_1, QTYPE_Q8_K, QTYPE_F16, QTYPE_BF16 };
+    const int64_t n = 4096;
+    float *x = malloc(n * sizeof *x);
+    uint8_t *q1 = malloc(2 * n * 2), *q2 = malloc(2 * n * 2), *q3 = malloc(2 * n * 2);
+    long differs_from_ref = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int t = types[ti];
+        quant_ops s, a;
+        CHECK(quant_ops_get(t, CPU_ISA_SCALAR, &s, NULL) == 0);
+        CHECK(quant_ops_get(t, CPU_ISA_AVX2, &a, NULL) == 0);
+        CHECK(s.act_quant && a.act_quant);
+        if (t != QTYPE_Q8_0 && t != QTYPE_Q8_1) CHECK(s.act_quant == s.quant && a.act_quant == a.quant);
+        for (int seed = 0; seed < 12; seed++) {
+            rng r = { (uint64_t)seed + 900 };
+            gen_row(&r, x, n);
+            if (seed % 3 == 1)   /* exact halves of amax / 127 in every block */
+                for (int64_t b = 0; b < n; b += 32) {
+                    const float amax = (float)(0.5 + rng_u64(&r) % 1000 / 100.0);
+                    for (int j = 0; j < 32; j++)
+                        x[b + j] = (float)(((int)(rng_u64(&r) % 254) - 127 + 0.5) * amax / 127);
+                    x[b + rng_u64(&r) % 32] = amax;
+                }
+            if (seed % 3 == 2)   /* x = amax / 2: 127/amax vs 1/d decides */
+                for (int64_t b = 0; b < n; b += 32) {
+                    const float amax = 1.0f + (float)(rng_u64(&r) % 100000) * 1e-4f;
+                    for (int j = 0; j < 32; j++) x[b + j] = (j & 1 ? -0.5f : 0.5f) * amax;
+                    x[b] = amax;
+                }
+            const size_t rb = row_bytes(t, n);
+            memset(q1, 0xAA, rb);
+            memset(q2, 0x55, rb);
+            s.act_quant(x, q1, n);
+            a.act_quant(x, q2, n);
+            CHECK_MSG(memcmp(q1, q2, rb) == 0, "%s seed %d: avx2 act_quant differs", qtype_name(t), seed);
+            s.quant(x, q3, n);
+            differs_from_ref += memcmp(q1, q3, rb) != 0;
+        }
+    }
+    CHECK(differs_from_ref > 0);   /* the data does tell the two roundings apart */
+    free(x); free(q1); free(q2); free(q3);
+}
+
 /* ==== fp16 / bf16 ==== */
 
 static int f16_is_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); }
@@ -686,7 +781,7 @@ TEST(test_ops_table)
         err e; err_clear(&e);
         CHECK(quant_ops_get(k_types[ti], CPU_ISA_SCALAR, &o, &e) == 0);
         CHECK(o.type == (qtype)k_types[ti] && o.dot_type == qtype_get(k_types[ti])->dot_type);
-        CHECK(o.dequant && o.quant && o.dot);
+        CHECK(o.dequant && o.quant && o.dot && o.act_quant);
     }
     quant_ops o;
     CHECK(quant_ops_get(QTYPE_Q4_1, CPU_ISA_SCALAR, &o, NULL) == 0 && o.dot_type == QTYPE_Q8_1);
@@ -761,6 +856,8 @@ int main(void)
     RUN(test_roundtrip_edge_blocks);
     RUN(test_dots_scalar_and_avx2);
     RUN(test_avx2_quantizers_bit_identical);
+    RUN(test_act_quant_ggml_known_answers);
+    RUN(test_act_quant_avx2_bit_identical);
     RUN(test_fp16_exhaustive);
     RUN(test_ops_table);
     if (getenv("QUANT_BENCH")) bench();
