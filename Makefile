@@ -13,13 +13,13 @@ PYTHON  ?= /usr/bin/python3
 SAN     ?=
 WERROR  ?=
 CFLAGS_BASE := -std=c11 $(OPT) -g -Wall -Wextra -Wpointer-arith -Wvla $(WERROR) \
-               -D_GNU_SOURCE -Isrc -Iapps/cli -MMD -MP -pthread $(SAN)
+               -D_GNU_SOURCE -Isrc -Iapps/cli -Iapps/eval -MMD -MP -pthread $(SAN)
 AVX2_FLAGS  := -mavx2 -mfma -mf16c
-LDLIBS  := -lpcre2-8 -luring -lcjson -lm -lpthread
+LDLIBS  := -lpcre2-8 -luring -lcjson -lmicrohttpd -lm -lpthread
 LDFLAGS += $(SAN) -pthread
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' | sort)
-CLI_SRC  := $(sort $(wildcard apps/cli/*.c apps/eval/*.c))
+CLI_SRC  := $(sort $(wildcard apps/cli/*.c apps/eval/*.c apps/server/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))

@@ -34,9 +34,6 @@ enum engine_ra_from { ENGINE_RA_ATTN = 0, ENGINE_RA_INPUT = 1 };
  * weights, one session's KV cache and scratch). */
 #define ENGINE_ARENA_AUTO_FRACTION 0.75
 
-/* engine_opts.on_route exists (strata profile tests for it). */
-#define ENGINE_HAS_ON_ROUTE 1
-
 typedef struct engine_opts {
     const char *model_path;   /* GGUF file (required) */
     int   n_threads;          /* <= 0: all online CPUs */

@@ -1,11 +1,11 @@
 #!/bin/sh
 # Install the Debian packages strata needs to build and test, if missing.
 # Idempotent and quick when everything is present (one dpkg-query).
-#   build:  gcc make libpcre2-dev liburing-dev libcjson-dev
+#   build:  gcc make libpcre2-dev liburing-dev libcjson-dev libmicrohttpd-dev
 #   tests:  python3-numpy python3-regex (the float64 oracle, tokenizer goldens),
 #           clang (the clang build check and `make fuzz`)
 set -e
-PKGS="gcc make libpcre2-dev liburing-dev libcjson-dev python3 python3-numpy python3-regex clang"
+PKGS="gcc make libpcre2-dev liburing-dev libcjson-dev libmicrohttpd-dev python3 python3-numpy python3-regex clang"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then

@@ -23,6 +23,7 @@ int cmd_kld(int argc, char **argv);
 int cmd_tfdump(int argc, char **argv);
 int cmd_bench_ab(int argc, char **argv);
 int cmd_taskeval(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* Shared by run and chat: gen_main (cmd_run.c) parses the generation flags,
  * loads the engine and either generates (run) or hands over to chat_loop

@@ -55,7 +55,7 @@ static void usage(FILE *f)
         "  -q, --quiet          no progress bar, no summary\n");
 }
 
-#ifdef ENGINE_HAS_ON_ROUTE
+
 
 /* The observer's context: the counters and the phase being evaluated (set
  * by the loop below before each session_eval; the engine does not know
@@ -203,17 +203,6 @@ done:
     return code;
 }
 
-#else /* the engine has no routing observer yet */
-
-static int run_profile(const char *model, const char *corpus, const char *outp, int n_ctx_prompt, int n_predict,
-                       long long max_prompts, int n_threads, const char *arena, int quiet)
-{
-    (void)model; (void)corpus; (void)outp; (void)n_ctx_prompt; (void)n_predict; (void)max_prompts;
-    (void)n_threads; (void)arena; (void)quiet;
-    return cli_fail("profile", CLI_ERR, "this build's engine has no routing observer (engine_opts.on_route)");
-}
-
-#endif
 
 int cmd_profile(int argc, char **argv)
 {

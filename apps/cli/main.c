@@ -15,6 +15,7 @@ typedef struct command {
 static const command k_commands[] = {
     { "run",      cmd_run,      "generate text from a prompt (-m MODEL -p PROMPT -n N)" },
     { "chat",     cmd_chat,     "interactive chat with the model's chat template" },
+    { "serve",    cmd_serve,    "OpenAI-compatible HTTP server (chat, completions, models, health, metrics)" },
     { "inspect",  cmd_inspect,  "print a GGUF file's metadata, tensors and MoE summary" },
     { "tokenize", cmd_tokenize, "tokenize text with a model's tokenizer (--ids)" },
     { "quantize", cmd_quantize, "quantize a GGUF model (IN OUT TYPE), like llama-quantize" },

@@ -332,6 +332,10 @@ static int parse_args(int argc, char **argv, opts *o)
     if (!o->out_dir) return cli_fail(CMD, CLI_USAGE, "no output directory given (-o DIR)");
     if (!o->common || o->n_common == 0)
         return cli_fail(CMD, CLI_USAGE, "no command given: put the common strata command after --, e.g. -- run -m MODEL -p TEXT");
+    const char *c0 = o->common[0], *base = strrchr(c0, '/');
+    if (!strcmp(base ? base + 1 : c0, "strata"))
+        return cli_fail(CMD, CLI_USAGE, "after -- comes the strata subcommand (run ...), not the binary; "
+                                        "--bin PATH picks another binary");
     for (int k = 0; k < 2; k++) {
         arm *r = &o->arms[k];
         if (!r->bin) r->bin = bin;
@@ -854,12 +858,16 @@ static void write_report(FILE *f, const opts *o, const run_rec *runs, const pair
     } else {
         snprintf(dir, sizeof dir, "(out of memory)");
     }
-    fprintf(f, "median paired end-to-end prefill excluding init ratio = %.6f (%+.2f%% latency); observed range "
-               "%.6f..%.6f.", se->median, (se->median - 1) * 100, se->min, se->max);
+    if (se->n)
+        fprintf(f, "median paired end-to-end prefill excluding init ratio = %.6f (%+.2f%% latency); observed range "
+                   "%.6f..%.6f.", se->median, (se->median - 1) * 100, se->min, se->max);
+    else
+        fprintf(f, "end-to-end prefill ratio n/a (a baseline run reported 0 ms).");
     if (sc->n) fprintf(f, " median paired chunk-only ratio = %.6f; observed range %.6f..%.6f.", sc->median, sc->min, sc->max);
     else fprintf(f, " chunk-only ratio n/a (no stream counters).");
     fprintf(f, " %s. ranges are descriptive min..max, not a 95%% confidence interval; n=%d does not support a "
-               "strong CI claim.\n", dir, o->pairs);
+               "strong CI claim.%s\n", dir, o->pairs,
+            o->pairs % 2 ? "" : " with an even number of pairs the median is the mean of the middle two.");
     if (sb->n) {
         if (r) {
             for (int p = 0; p < o->pairs; p++) r[p] = pr[p].bytes;
@@ -1072,7 +1080,13 @@ int cmd_bench_ab(int argc, char **argv)
         cJSON_AddItemToArray(runs_json, run_json(&o, r));
         const char *why = NULL;
         char whybuf[96];
-        if (!r->exited) { snprintf(whybuf, sizeof whybuf, "was killed by signal %d", r->signal); why = whybuf; }
+        if (!r->exited && r->signal == SIGALRM && o.timeout_s > 0) {
+            snprintf(whybuf, sizeof whybuf, "ran past --timeout %d s (killed by SIGALRM)", o.timeout_s);
+            why = whybuf;
+        } else if (!r->exited) {
+            snprintf(whybuf, sizeof whybuf, "was killed by signal %d (%s)", r->signal, strsignal(r->signal));
+            why = whybuf;
+        }
         else if (r->exit_code) { snprintf(whybuf, sizeof whybuf, "exited with status %d", r->exit_code); why = whybuf; }
         else if (!r->m.ok) why = "reported no prefill timing (no --report-json timings, no timing line)";
         if (why) {

@@ -1,4 +1,4 @@
-/* kld: `strata kld REF CAND [--json FILE] [--top N]`, two teacher-forced
+/* kld: `strata kld REF CAND [--json FILE] [--html FILE] [--top N]`, two teacher-forced
  * dumps of the same corpus (strata tfdump) compared position by position.
  *
  * Per evaluation position i, with float64 log-softmax over the full
@@ -32,6 +32,7 @@
 
 #include "cli.h"
 #include "eval.h"
+#include "report_html.h"
 
 static const char *k_cmd = "kld";
 
@@ -43,13 +44,14 @@ static const char k_note[] =
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: strata kld REF CAND [--json FILE] [--top N]\n"
+            "usage: strata kld REF CAND [--json FILE] [--html FILE] [--top N]\n"
             "\n"
             "Compare two teacher-forced dumps of one corpus (strata tfdump): target PPL of both,\n"
             "KL(ref||cand) over the full vocabulary per position (mean, median, p90, p99, max),\n"
             "top-1 agreement, and a per-position table.\n"
             "\n"
             "  --json FILE    also write the figures and every position as JSON\n"
+            "  --html FILE    also write a self-contained HTML page: KL per position, flips marked\n"
             "  --top N        the table lists the N positions of largest KL (default: all, in order)\n"
             "  -h, --help     this help\n");
 }
@@ -368,9 +370,54 @@ static int write_json(const char *path, const dump *r, const dump *c, const pos_
     return 0;
 }
 
+/* KL per position as a chart, flips in the alert colour, the mean as a
+ * dashed line; then the summary and the caveat. */
+static int write_html(const char *path, const dump *r, const dump *c, const pos_stat *ps, const summary *s)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return cli_fail(k_cmd, CLI_ERR, "cannot create %s: %s", path, strerror(errno));
+    double *y = malloc(sizeof *y * (size_t)s->n);
+    int *flag = malloc(sizeof *flag * (size_t)s->n);
+    char **names = malloc(sizeof *names * (size_t)s->n);
+    char *name_buf = malloc(12 * (size_t)s->n);
+    if (!y || !flag || !names || !name_buf) {
+        free(y); free(flag); free(names); free(name_buf);
+        fclose(f);
+        return cli_fail(k_cmd, CLI_ERR, "out of memory");
+    }
+    for (int32_t k = 0; k < s->n; k++) {
+        y[k] = ps[k].kl;
+        flag[k] = ps[k].ref_top != ps[k].cand_top;
+        names[k] = name_buf + 12 * (size_t)k;
+        snprintf(names[k], 12, "%d", ps[k].pos);
+    }
+    char title[512], para[1024];
+    snprintf(title, sizeof title, "strata kld: %s vs %s", r->path, c->path);
+    report_html_begin(f, title);
+    snprintf(para, sizeof para,
+             "ref model %016" PRIx64 ", routing %.*s; cand model %016" PRIx64 ", routing %.*s. "
+             "%d prompt tokens + %d evaluation positions. Target PPL: ref %.4f, cand %.4f. "
+             "KL(ref||cand) mean %.6f, median %.6f, p90 %.6f, p99 %.6f, max %.6f. Top-1 agreement %d/%d.",
+             r->fp, (int)r->routing_n, r->routing, c->fp, (int)c->routing_n, c->routing, r->n_prompt, s->n,
+             s->ppl_ref, s->ppl_cand, s->mean, s->median, s->p90, s->p99, s->max, s->agree, s->n);
+    report_html_para(f, para);
+    const report_line mean_line = { s->mean, "mean", 1 };
+    const report_chart ch = {
+        .title = "KL(ref||cand) per evaluation position", .x_label = "position (token index)",
+        .y_label = "KL, nats", .y = y, .n = s->n, .flag = flag, .flag_label = "top-1 flip",
+        .bars = 1, .lines = &mean_line, .n_lines = 1, .x_names = (const char *const *)names,
+    };
+    report_html_chart(f, &ch);
+    report_html_para(f, k_note);
+    int bad = report_html_end(f) != 0;
+    if (fclose(f) != 0) bad = 1;
+    free(y); free(flag); free(names); free(name_buf);
+    return bad ? cli_fail(k_cmd, CLI_ERR, "cannot write %s", path) : 0;
+}
+
 int cmd_kld(int argc, char **argv)
 {
-    const char *paths[2] = { 0 }, *json = NULL;
+    const char *paths[2] = { 0 }, *json = NULL, *html = NULL;
     int n_paths = 0;
     long long top = 0;
     for (int i = 1; i < argc; i++) {
@@ -378,6 +425,7 @@ int cmd_kld(int argc, char **argv)
         const char *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return CLI_OK; }
         else if (!strcmp(a, "--json")) { if (!(json = cli_value(k_cmd, argc, argv, &i))) return CLI_USAGE; }
+        else if (!strcmp(a, "--html")) { if (!(html = cli_value(k_cmd, argc, argv, &i))) return CLI_USAGE; }
         else if (!strcmp(a, "--top")) {
             if (!(v = cli_value(k_cmd, argc, argv, &i))) return CLI_USAGE;
             if (cli_parse_int(v, 1, 1 << 30, &top))
@@ -448,6 +496,7 @@ int cmd_kld(int argc, char **argv)
 
     print_text(&r, &c, ps, &s, top);
     if (json && write_json(json, &r, &c, ps, &s)) goto done;
+    if (html && write_html(html, &r, &c, ps, &s)) goto done;
     rc = fflush(stdout) == 0 ? CLI_OK : cli_fail(k_cmd, CLI_ERR, "cannot write the output");
 done:
     free(kls);

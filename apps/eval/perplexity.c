@@ -47,6 +47,8 @@
 #include "cli.h"
 #include "engine.h"
 #include "eval.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 #include "util/err.h"
 
 static const char *k_cmd = "perplexity";
@@ -393,6 +395,28 @@ static int parse_args(int argc, char **argv, ppl_args *a)
     return 0;
 }
 
+/* The model's tokenizer alone (no weights): the checks that need only the
+ * vocabulary run before a large model is loaded, so that a wrong input
+ * fails fast and with one line. llama-perplexity asserts add_eos is off. */
+static int open_tokenizer(const char *model, tokenizer **tk)
+{
+    err e;
+    err_clear(&e);
+    gguf_file *g = NULL;
+    *tk = NULL;
+    if (gguf_open(&g, model, &e) || tokenizer_open(tk, g, &e)) {
+        gguf_close(g);
+        return cli_fail(k_cmd, CLI_ERR, "%s", e.msg);
+    }
+    gguf_close(g);
+    if (tokenizer_add_eos(*tk)) {
+        tokenizer_close(*tk);
+        *tk = NULL;
+        return cli_fail(k_cmd, CLI_ERR, "the model's tokenizer appends EOS (add_eos_token); llama-perplexity refuses such models");
+    }
+    return 0;
+}
+
 static int open_model(const ppl_args *a, int n_ctx, engine **eng, session **s)
 {
     engine_opts o = a->eo;
@@ -411,17 +435,6 @@ static int open_model(const ppl_args *a, int n_ctx, engine **eng, session **s)
     if (n_ctx > engine_n_ctx_train(*eng))
         fprintf(stderr, "strata perplexity: warning: the model was trained on only %d context tokens (%d specified)\n",
                 engine_n_ctx_train(*eng), n_ctx);
-    /* llama-perplexity asserts that the vocabulary adds no EOS: tokenizing
-     * an empty text with the special tokens then yields BOS at most */
-    int32_t probe[4];
-    size_t n_probe = 0;
-    if (engine_tokenize(*eng, "", 0, 1, 0, probe, 4, &n_probe, &e) == 0 && n_probe > (engine_add_bos(*eng) ? 1u : 0u)) {
-        session_free(*s);
-        engine_close(*eng);
-        *s = NULL;
-        *eng = NULL;
-        return cli_fail(k_cmd, CLI_ERR, "the model's tokenizer appends EOS (add_eos_token); llama-perplexity refuses such models");
-    }
     return 0;
 }
 
@@ -464,10 +477,10 @@ static int run_perplexity(const ppl_args *a)
     size_t len = 0;
     char *text = cli_read_file(k_cmd, a->text, &len);
     if (!text) return CLI_ERR;
+    tokenizer *tk = NULL;
+    if (open_tokenizer(a->model, &tk)) { free(text); return CLI_ERR; }
     engine *eng = NULL;
     session *s = NULL;
-    if (open_model(a, n_ctx, &eng, &s)) { free(text); return CLI_ERR; }
-
     int rc = CLI_ERR;
     int32_t *tokens = NULL, *buf = NULL;
     float *rows = NULL;
@@ -477,21 +490,23 @@ static int run_perplexity(const ppl_args *a)
     err_clear(&e);
     size_t cap = len + 16, n_tok = 0;
     tokens = malloc(sizeof *tokens * cap);
-    int trc = tokens ? engine_tokenize(eng, text, len, 1, 0, tokens, cap, &n_tok, &e) : ERR_NOMEM;
+    int trc = tokens ? tokenizer_encode(tk, text, len, 1, 0, tokens, cap, &n_tok, &e) : ERR_NOMEM;
     if (trc == ERR_RANGE) {   /* more tokens than bytes: byte fallback of invalid UTF-8 */
         free(tokens);
         cap = n_tok;
         tokens = malloc(sizeof *tokens * cap);
         err_clear(&e);
-        trc = tokens ? engine_tokenize(eng, text, len, 1, 0, tokens, cap, &n_tok, &e) : ERR_NOMEM;
+        trc = tokens ? tokenizer_encode(tk, text, len, 1, 0, tokens, cap, &n_tok, &e) : ERR_NOMEM;
     }
     free(text);
+    tokenizer_close(tk);
     if (trc) { cli_fail(k_cmd, CLI_ERR, "tokenizing %s: %s", a->text, e.msg[0] ? e.msg : "out of memory"); goto done; }
     if (n_tok < 2 * (size_t)n_ctx) {
         cli_fail(k_cmd, CLI_ERR, "%s tokenizes to only %zu tokens; a context of %d needs at least %d", a->text, n_tok,
                  n_ctx, 2 * n_ctx);
         goto done;
     }
+    if (open_model(a, n_ctx, &eng, &s)) goto done;
     const int n_chunk_max = (int)(n_tok / (size_t)n_ctx);
     const int n_chunk = a->n_chunks < 0 || a->n_chunks > n_chunk_max ? n_chunk_max : (int)a->n_chunks;
     const int32_t n_vocab = engine_n_vocab(eng);
@@ -625,23 +640,25 @@ static int run_kld(const ppl_args *a)
         return cli_fail(k_cmd, CLI_ERR, "%s was computed with a context of %d, larger than -c %d: use -c %d", a->base,
                         n_ctx, a->n_ctx, n_ctx);
     }
+    tokenizer *tk = NULL;
+    if (open_tokenizer(a->model, &tk)) { fclose(b.f); return CLI_ERR; }
+    const int32_t tk_vocab = tokenizer_n_vocab(tk);
+    tokenizer_close(tk);
+    if (b.n_vocab != tk_vocab) {
+        fclose(b.f);
+        return cli_fail(k_cmd, CLI_ERR, "%s has a vocabulary of %d tokens, the model %d: it was computed with another model",
+                        a->base, b.n_vocab, tk_vocab);
+    }
     engine *eng = NULL;
     session *s = NULL;
-    if (open_model(a, a->n_ctx ? a->n_ctx : n_ctx, &eng, &s)) { fclose(b.f); return CLI_ERR; }
-
     int rc = CLI_ERR;
-    const int32_t n_vocab = engine_n_vocab(eng);
+    const int32_t n_vocab = tk_vocab;
     const int n_chunk = a->n_chunks < 0 || a->n_chunks > b.n_chunk ? b.n_chunk : (int)a->n_chunks;
     const int first = n_ctx / 2, n_scored = n_ctx - 1 - first;
     const size_t nv = 2 * (((size_t)n_vocab + 1) / 2) + 4;
     int32_t *tokens = NULL, *buf = NULL;
     float *rows = NULL, *kld_vals = NULL, *pd_vals = NULL;
     uint16_t *recs = NULL;
-    if (b.n_vocab != n_vocab) {
-        cli_fail(k_cmd, CLI_ERR, "%s has a vocabulary of %d tokens, the model %d: it was computed with another model",
-                 a->base, b.n_vocab, n_vocab);
-        goto done;
-    }
     const size_t n_tok = (size_t)n_ctx * (size_t)b.n_chunk;
     tokens = malloc(sizeof *tokens * n_tok);
     buf = malloc(sizeof *buf * (size_t)n_ctx);
@@ -659,6 +676,7 @@ static int run_kld(const ppl_args *a)
             cli_fail(k_cmd, CLI_ERR, "%s: token %zu is %d, outside the vocabulary (%d tokens)", a->base, i, tokens[i], n_vocab);
             goto done;
         }
+    if (open_model(a, a->n_ctx ? a->n_ctx : n_ctx, &eng, &s)) goto done;
     fprintf(stderr, "kl_divergence: computing over %d chunks, n_ctx=%d, batch_size=%d, n_seq=1\n", n_chunk, n_ctx,
             engine_n_batch(eng));
 

@@ -368,8 +368,8 @@ static int score_case(const tcase *c, const char *output, case_score *s)
     if (c->kind == CASE_ANSWER) {
         s->well_formed = l.n_malformed == 0 && l.content[0] != '\0';
         s->right_tool = l.n_calls == 0;
-        if (!s->well_formed) note(s, "no answer text");
         if (!s->right_tool) note(s, "called %s, expected an answer", l.calls[0].name);
+        if (!s->well_formed) note(s, "no answer text");
         const char *t = l.content;
         size_t tn = strlen(t), an = strlen(c->answer);
         const char *a = c->answer;
@@ -454,15 +454,18 @@ static void render_tools(sbuf *b, const cJSON *tools, int style)
         sb_str(b, "\n</tools>\nTo call a tool, answer with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.");
 }
 
-/* An assistant message's earlier calls, appended to its content. */
-static void render_calls(sbuf *b, const cJSON *calls)
+/* An assistant message's earlier calls, appended to its content (b holds
+ * the content so far). Qwen's template puts no newline before the first
+ * call of an empty message; strata's always does. */
+static void render_calls(sbuf *b, const cJSON *calls, int style)
 {
     for (const cJSON *c = calls ? calls->child : NULL; c; c = c->next) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
         if (!f) f = c;
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
-        sb_str(b, "\n<tool_call>\n{\"name\": \"");
+        if (style != TOOLS_QWEN || c != calls->child || b->n) sb_str(b, "\n");
+        sb_str(b, "<tool_call>\n{\"name\": \"");
         sb_str(b, cJSON_IsString(name) ? name->valuestring : "");
         sb_str(b, "\", \"arguments\": ");
         if (cJSON_IsString(args)) sb_str(b, args->valuestring);
@@ -507,7 +510,7 @@ static int build_prompt(const engine *eng, const char *tmpl, int style, const tc
                 sb_str(&texts[k], "\n\n");   /* both templates, even after an empty system text */
                 render_tools(&texts[k], c->tools, style);
             }
-            render_calls(&texts[k], cJSON_GetObjectItemCaseSensitive(m, "tool_calls"));
+            render_calls(&texts[k], cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), style);
         }
     }
     for (int i = 0; i < n; i++) {
@@ -888,6 +891,10 @@ static int do_compare(const char *pa, const char *pb)
     if (rc) { cJSON_Delete(a); cJSON_Delete(b); return rc; }
 
     printf("taskeval compare: A = arm %s (%s), B = arm %s (%s)\n", na, pa, nb, pb);
+    const cJSON *fa = cJSON_GetObjectItemCaseSensitive(a, "cases_file"), *fb = cJSON_GetObjectItemCaseSensitive(b, "cases_file");
+    if (cJSON_IsString(fa) && cJSON_IsString(fb) && strcmp(fa->valuestring, fb->valuestring))
+        printf("note: the results come from different case files (%s, %s); cases are paired by id\n", fa->valuestring,
+               fb->valuestring);
     int paired = 0, only_a = 0, only_b = 0, better = 0, worse = 0, s_up = 0, s_down = 0, changed = 0;
     int done_a = 0, done_b = 0;
     for (const cJSON *x = ca->child; x; x = x->next) {

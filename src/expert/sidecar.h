@@ -139,9 +139,11 @@ int sidecar_parse(sidecar_index *ix, const void *buf, uint64_t n, uint64_t file_
 
 /* Read and validate the sidecar open on fd (path for messages) against its
  * GGUF f (model_path names it in the hint): everything sidecar_parse
- * checks, plus gguf size/fingerprint, n_layer/n_expert and every layer's
- * part types and sizes against src[n_layer] (from sidecar_src_layers). Reads with
- * pread: the 128-byte header, then the table and index in one read.
+ * checks, plus gguf size/fingerprint, n_layer/n_expert, every layer's part
+ * types and sizes against src[n_layer] (from sidecar_src_layers), and the
+ * data sample. Reads with pread: the 128-byte header, then the table and
+ * index in one read; the sample is 6 x n_layer reads of at most 4 KiB from
+ * the GGUF (gguf_read_tensor).
  * ERR_FORMAT (stale/foreign/corrupt, message ends with the rebuild hint),
  * ERR_IO, ERR_NOMEM. */
 int sidecar_load(sidecar_index *ix, int fd, const char *path, const gguf_file *f, const char *model_path,

@@ -773,7 +773,7 @@ int xstore_open(xstore **out, const xstore_layout *lay, const xstore_opts *o, er
         goto fail;
     }
     for (size_t i = 0; i < K; i++) s->map[i] = -1;
-    s->age_period = s->n_slots > 64 ? (uint64_t)s->n_slots : 64;
+    s->age_period = 16 * (uint64_t)(s->n_slots > 64 ? s->n_slots : 64);
 
     /* the arena: one mapping, classes one after the other */
     s->arena_bytes = p.total;

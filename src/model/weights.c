@@ -7,7 +7,6 @@
 #include "model/weights.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,9 +127,9 @@ static int read_resident(const gguf_file *f, weights *w, uint8_t **tdata, err *e
         }
         off += ti->bytes;
     }
-    /* the copies are ours now: do not leave the file's pages charged to us
-     * in the page cache (a memory cgroup counts them) */
-    posix_fadvise(gguf_fd(f), 0, 0, POSIX_FADV_DONTNEED);
+    /* The file's pages these reads left in the page cache are clean: the
+     * kernel reclaims them under memory pressure (a memory cgroup's too),
+     * and while they last the next start reads from RAM. */
     return 0;
 }
 

@@ -210,6 +210,16 @@ def median(v):
     return f32(f32(0.5) * f32(v[n // 2] + v[n // 2 - 1])) if n % 2 == 0 else v[n // 2]
 
 
+def F(spec, x):
+    """printf-style number; NaN as glibc prints the default NaN that sqrt of a
+    negative and inf*0 give on x86-64: "-nan"."""
+    x = float(x)
+    if math.isnan(x):
+        w = spec[1:].split(".")[0]
+        return "-nan".rjust(int(w) if w else 0)
+    return spec % x
+
+
 def chunk_row(i, k):
     lp, lpu = mean_unc(k.nll, k.nll2, k.count)
     ppl = math.exp(lp)
@@ -220,11 +230,12 @@ def chunk_row(i, k):
     rms = math.sqrt(mse)
     rms_unc = 0.5 / rms * mseu if rms > 0 else float("nan")
     top = k.same / k.count
-    return ("%4d" % i + "    %9.4f ± %9.4f" % (ppl, ppl * lpu) +
-            "    %10.5f ± %10.5f" % (lp - lb, csqrt(lpu * lpu + lbu * lbu - 2.0 * c)) +
-            "    %10.5f ± %10.5f" % (kl, klu) +
-            "    %6.3f ± %6.3f %%" % (100.0 * rms, 100.0 * rms_unc) +
-            "    %6.3f ± %6.3f %%" % (100.0 * top, 100.0 * math.sqrt(top * (1 - top) / (k.count - 1))))
+    return ("%4d" % i + "    " + F("%9.4f", ppl) + " ± " + F("%9.4f", ppl * lpu) +
+            "    " + F("%10.5f", lp - lb) + " ± " + F("%10.5f", csqrt(lpu * lpu + lbu * lbu - 2.0 * c)) +
+            "    " + F("%10.5f", kl) + " ± " + F("%10.5f", klu) +
+            "    " + F("%6.3f", 100.0 * rms) + " ± " + F("%6.3f", 100.0 * rms_unc) + " %" +
+            "    " + F("%6.3f", 100.0 * top) + " ± " + F("%6.3f", 100.0 * math.sqrt(top * (1 - top) / (k.count - 1))) +
+            " %")
 
 
 def summary(k, klds, pdiffs):
@@ -233,44 +244,47 @@ def summary(k, klds, pdiffs):
     o = ["====== Perplexity statistics ======"]
     lp, lpu = mean_unc(k.nll, k.nll2, k.count)
     ppl, ppl_unc = math.exp(lp), math.exp(lp) * lpu
-    o.append("Mean PPL(Q)                   : %10.6f ± %10.6f" % (ppl, ppl_unc))
+    o.append("Mean PPL(Q)                   : " + F("%10.6f", ppl) + " ± " + F("%10.6f", ppl_unc))
     lb, lbu = mean_unc(k.base, k.base2, k.count)
     pb, pb_unc = math.exp(lb), math.exp(lb) * lbu
-    o.append("Mean PPL(base)                : %10.6f ± %10.6f" % (pb, pb_unc))
+    o.append("Mean PPL(base)                : " + F("%10.6f", pb) + " ± " + F("%10.6f", pb_unc))
     c = cov(k.nll, k.base, k.nb, k.count)
-    o.append("Cor(ln(PPL(Q)), ln(PPL(base))): %6.2f%%" % (100.0 * c / (lpu * lbu)))
+    cor = 100.0 * c / (lpu * lbu) if lpu * lbu != 0 else float("nan")
+    o.append("Cor(ln(PPL(Q)), ln(PPL(base))): " + F("%6.2f", cor) + "%")
     r, ru = lp - lb, csqrt(lpu * lpu + lbu * lbu - 2.0 * c)
-    o.append("Mean ln(PPL(Q)/PPL(base))     : %10.6f ± %10.6f" % (r, ru))
-    o.append("Mean PPL(Q)/PPL(base)         : %10.6f ± %10.6f" % (math.exp(r), math.exp(r) * ru))
-    o.append("Mean PPL(Q)-PPL(base)         : %10.6f ± %10.6f" %
-             (ppl - pb, csqrt(ppl_unc * ppl_unc + pb_unc * pb_unc - 2.0 * ppl * pb * c)))
+    o.append("Mean ln(PPL(Q)/PPL(base))     : " + F("%10.6f", r) + " ± " + F("%10.6f", ru))
+    o.append("Mean PPL(Q)/PPL(base)         : " + F("%10.6f", math.exp(r)) + " ± " + F("%10.6f", math.exp(r) * ru))
+    o.append("Mean PPL(Q)-PPL(base)         : " + F("%10.6f", ppl - pb) + " ± " +
+             F("%10.6f", csqrt(ppl_unc * ppl_unc + pb_unc * pb_unc - 2.0 * ppl * pb * c)))
     o.append("")
     o.append("====== KL divergence statistics ======")
     kl, klu = mean_unc(k.kld, k.kld2, k.count)
-    o.append("Mean    KLD: %10.6f ± %10.6f" % (kl, klu))
-    o.append("Maximum KLD: %10.6f" % kv[-1])
+    o.append("Mean    KLD: " + F("%10.6f", kl) + " ± " + F("%10.6f", klu))
+    o.append("Maximum KLD: " + F("%10.6f", kv[-1]))
     for name, fr in (("99.9%", 0.999), ("99.0%", 0.990), ("95.0%", 0.950), ("90.0%", 0.900)):
-        o.append("%s   KLD: %10.6f" % (name, percentile(kv, fr)))
-    o.append("Median  KLD: %10.6f" % median(kv))
+        o.append(name + "   KLD: " + F("%10.6f", percentile(kv, fr)))
+    o.append("Median  KLD: " + F("%10.6f", median(kv)))
     for name, fr in (("10.0%", 0.100), (" 5.0%", 0.050), (" 1.0%", 0.010), (" 0.1%", 0.001)):
-        o.append("%s   KLD: %10.6f" % (name, percentile(kv, fr)))
-    o.append("Minimum KLD: %10.6f" % kv[0])
+        o.append(name + "   KLD: " + F("%10.6f", percentile(kv, fr)))
+    o.append("Minimum KLD: " + F("%10.6f", kv[0]))
     o.append("")
     o.append("====== Token probability statistics ======")
     pd, pdu = mean_unc(k.pd, k.pd2, k.count)
-    o.append("Mean    Δp: %6.3f ± %5.3f %%" % (100.0 * pd, 100.0 * pdu))
-    o.append("Maximum Δp: %6.3f%%" % (100.0 * float(pv[-1])))
+    o.append("Mean    Δp: " + F("%6.3f", 100.0 * pd) + " ± " + F("%5.3f", 100.0 * pdu) + " %")
+    o.append("Maximum Δp: " + F("%6.3f", 100.0 * float(pv[-1])) + "%")
     for name, fr in (("99.9%", 0.999), ("99.0%", 0.990), ("95.0%", 0.950), ("90.0%", 0.900), ("75.0%", 0.750)):
-        o.append("%s   Δp: %6.3f%%" % (name, 100.0 * float(percentile(pv, fr))))
-    o.append("Median  Δp: %6.3f%%" % (100.0 * float(median(pv))))
+        o.append(name + "   Δp: " + F("%6.3f", 100.0 * float(percentile(pv, fr))) + "%")
+    o.append("Median  Δp: " + F("%6.3f", 100.0 * float(median(pv))) + "%")
     for name, fr in (("25.0%", 0.250), ("10.0%", 0.100), (" 5.0%", 0.050), (" 1.0%", 0.010), (" 0.1%", 0.001)):
-        o.append("%s   Δp: %6.3f%%" % (name, 100.0 * float(percentile(pv, fr))))
-    o.append("Minimum Δp: %6.3f%%" % (100.0 * float(pv[0])))
+        o.append(name + "   Δp: " + F("%6.3f", 100.0 * float(percentile(pv, fr))) + "%")
+    o.append("Minimum Δp: " + F("%6.3f", 100.0 * float(pv[0])) + "%")
     mse, mseu = mean_unc(k.pd2, k.pd4, k.count)
     rms = math.sqrt(mse)
-    o.append("RMS Δp    : %6.3f ± %5.3f %%" % (100.0 * rms, 100.0 * (0.5 / rms * mseu if rms > 0 else float("nan"))))
+    o.append("RMS Δp    : " + F("%6.3f", 100.0 * rms) + " ± " +
+             F("%5.3f", 100.0 * (0.5 / rms * mseu if rms > 0 else float("nan"))) + " %")
     same = k.same / k.count
-    o.append("Same top p: %6.3f ± %5.3f %%" % (100.0 * same, 100.0 * math.sqrt(same * (1.0 - same) / (k.count - 1))))
+    o.append("Same top p: " + F("%6.3f", 100.0 * same) + " ± " +
+             F("%5.3f", 100.0 * math.sqrt(same * (1.0 - same) / (k.count - 1))) + " %")
     return o
 
 

@@ -655,7 +655,8 @@ TEST(test_act_quant_ggml_known_answers)
 }
 
 /* act_quant scalar == AVX2, bit for bit, on data that exercises both
- * rounding differences from the reference (halves, 127/amax != 1/d). */
+ * rounding differences from the reference (halves, 127/amax != 1/d) and
+ * blocks so tiny that the inverse scale overflows (quant too). */
 TEST(test_act_quant_avx2_bit_identical)
 {
     if (!have_avx2()) { fprintf(stderr, "  (no AVX2: skipped)\n"); return; }
@@ -687,6 +688,8 @@ TEST(test_act_quant_avx2_bit_identical)
                     for (int j = 0; j < 32; j++) x[b + j] = (j & 1 ? -0.5f : 0.5f) * amax;
                     x[b] = amax;
                 }
+            if (seed >= 9)   /* tiny blocks: 127/amax and 1/d overflow; zero blocks */
+                for (int64_t i = 0; i < n; i++) x[i] = (i / 32) % 4 ? x[i] * (float)ldexp(1.0, -125 - seed) : 0.0f;
             const size_t rb = row_bytes(t, n);
             memset(q1, 0xAA, rb);
             memset(q2, 0x55, rb);
@@ -695,6 +698,8 @@ TEST(test_act_quant_avx2_bit_identical)
             CHECK_MSG(memcmp(q1, q2, rb) == 0, "%s seed %d: avx2 act_quant differs", qtype_name(t), seed);
             s.quant(x, q3, n);
             differs_from_ref += memcmp(q1, q3, rb) != 0;
+            a.quant(x, q2, n);   /* the weight quantizers, on the same data */
+            CHECK_MSG(memcmp(q3, q2, rb) == 0, "%s seed %d: avx2 quant differs", qtype_name(t), seed);
         }
     }
     CHECK(differs_from_ref > 0);   /* the data does tell the two roundings apart */
