@@ -222,7 +222,7 @@ static int lfu_victim(xstore *s, int c, int allow_protected)
 static const policy k_lfu = { "lfu", lfu_insert, lfu_use, lfu_cold, lfu_remove, lfu_victim };
 
 /* Count a lookup of key for LFU, halving every count each age_period
- * lookups so that old popularity fades. */
+ * lookups so that old popularity fades (age_period: see xstore.h). */
 static void freq_count(xstore *s, int32_t key)
 {
     if (!s->freq) return;

@@ -342,6 +342,28 @@ TEST(test_prefetch)
         CHECK(check_ok(&f));
         fx_close(&f);
     }
+    /* a guess still in flight when its layer wants it is awaited, never
+     * read twice (its reads are promoted to demand priority) */
+    for (int m = 0; m < 2; m++) {
+        fixture f;
+        CHECK(fx_open(&f, 40 * 16384, XSTORE_EVICT_LRU, k_io[m], 0, 4) == 0);
+        if (!f.s) continue;
+        xio_fault late = { .kind = XIO_FAULT_LATE, .nth = 1, .count = 1, .late_ms = 150, .only = 2 };
+        xstore_set_fault(f.s, &late);
+        xstore_chunk_begin(f.s, XSTORE_DECODE, 1);
+        const int32_t guess[2] = { 5, 6 };
+        expert_src_prefetch(f.src, 1, guess, 2);
+        int32_t set1[2] = { 5, 6 };
+        CHECK(run_layer(&f, 1, set1, 2) == 1);
+        xstore_chunk_end(f.s);
+        xstore_counters d;
+        xstore_phase_counters(f.s, XSTORE_DECODE, &d);
+        CHECK_EQ_INT(d.ahead, 2);
+        CHECK_EQ_INT(d.loads, 2);
+        CHECK(d.wait_ms > 0);
+        CHECK(check_ok(&f));
+        fx_close(&f);
+    }
     /* a full class: guesses find no unpinned, unprotected slot and are skipped */
     fixture f;
     const uint64_t min = 2 * lay_slot_bytes(NULL, 0) + 2 * lay_slot_bytes(NULL, 1);
