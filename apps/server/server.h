@@ -25,6 +25,7 @@ typedef struct srv_req {
     int    kind;              /* enum srv_kind */
     int    stream;            /* SSE */
     int    include_usage;     /* stream_options.include_usage */
+    int    ignore_eos;        /* llama-server's ignore_eos: end-of-generation tokens impossible */
     int    max_tokens;        /* -1: until end of generation or the context is full */
     sampler_opts so;
     int    seed_set;

@@ -77,6 +77,32 @@ def quantize_q8_1(x):
     return np.concatenate([_f16_bytes(d), _f16_bytes(s), q.view(np.uint8)], axis=1).reshape(-1)
 
 
+def act_quantize_q8_0(x):
+    """Q8_0 as ggml-cpu quantizes ACTIVATIONS on x86 (AVX2 quantize_row_q8_0):
+    q = round-half-even(float32(x * float32(127/amax))), d = fp16(amax/127);
+    amax == 0 gives q = 0. Differs from quantize_q8_0 (the weight/reference
+    quantizer: x * (1/d), ties away from zero) only at near-ties."""
+    x = np.asarray(x, F32).reshape(-1, 32)
+    amax = np.abs(x).max(axis=1)
+    d = (amax / F32(127)).astype(F32)
+    with np.errstate(divide="ignore"):
+        idv = np.where(amax != 0, F32(127) / np.where(amax != 0, amax, F32(1)), F32(0)).astype(F32)
+    q = np.rint((x * idv[:, None]).astype(F32)).astype(np.int8)
+    return q, d
+
+
+def act_quantize_q8_0_bytes(x):
+    q, d = act_quantize_q8_0(x)
+    return np.concatenate([_f16_bytes(d), q.view(np.uint8)], axis=1).reshape(-1)
+
+
+def act_quantize_q8_1_bytes(x):
+    """Q8_1 activations on x86: as act_quantize_q8_0, plus s = fp16(d * sum(q))."""
+    q, d = act_quantize_q8_0(x)
+    s = (q.astype(np.int64).sum(axis=1).astype(F32) * d).astype(F32)
+    return np.concatenate([_f16_bytes(d), _f16_bytes(s), q.view(np.uint8)], axis=1).reshape(-1)
+
+
 def quantize_q8_K(x):
     x = np.asarray(x, F32).reshape(-1, 256)
     amax, mx = _signed_absmax(x)
@@ -161,6 +187,10 @@ QUANTIZERS = {  # ggml type id -> bit-exact port of quantize_row_*_ref
     8: quantize_q8_0, 9: quantize_q8_1, 15: quantize_q8_K,
 }
 
+# Activation quantizers where ggml-cpu's x86 path differs from the reference
+# (Q8_0 / Q8_1: scale 127/amax, round half to even). Q8_K is the same.
+ACT_QUANTIZERS = {8: act_quantize_q8_0_bytes, 9: act_quantize_q8_1_bytes}
+
 # ggml-cpu vec_dot_type of each weight type (ggml-cpu.c type_traits_cpu).
 DOT_TYPE = {0: 0, 1: 1, 30: 30, 2: 8, 3: 9, 6: 8, 7: 9, 8: 8,
             10: 15, 11: 15, 12: 15, 13: 15, 14: 15}
@@ -178,7 +208,7 @@ def act_quant_dequant(x, wtype):
     x32 = x.astype(F32)
     if dt == 0:
         return x32.astype(np.float64)
-    raw = QUANTIZERS[dt](x32.reshape(-1))
+    raw = ACT_QUANTIZERS.get(dt, QUANTIZERS.get(dt))(x32.reshape(-1))
     return dequantize(dt, raw, x32.size).reshape(x.shape)
 
 
@@ -189,7 +219,7 @@ def act_dot_correction(x, wtype, w_mins):
     difference as a (..., M) array to add to x_deq @ W.T.
     w_mins: (M, K/32) block mins of the weight rows."""
     x32 = np.asarray(x, F32).reshape(-1, x.shape[-1])
-    raw = quantize_q8_1(x32.reshape(-1)).reshape(-1, 36)
+    raw = act_quantize_q8_1_bytes(x32.reshape(-1)).reshape(-1, 36)
     d16 = np.ascontiguousarray(raw[:, 0:2]).view("<f2").astype(np.float64)[:, 0]
     s16 = np.ascontiguousarray(raw[:, 2:4]).view("<f2").astype(np.float64)[:, 0]
     qsum = raw[:, 4:36].view(np.int8).astype(np.float64).sum(axis=1)
@@ -400,8 +430,10 @@ def act_near_boundary(x, wtype, limit):
             mx = mx.reshape(xb.shape[:2])
             with np.errstate(divide="ignore", invalid="ignore"):
                 scale = np.where(mx != 0, F32(-127) / np.where(mx != 0, mx, F32(1)), F32(0)).astype(F32)
-        else:
-            scale = _recip((np.abs(xb).max(axis=2) / F32(127)).astype(F32))
+        else:   # x86 activation quantizer: x * (127/amax)
+            amx = np.abs(xb).max(axis=2)
+            with np.errstate(divide="ignore"):
+                scale = np.where(amx != 0, F32(127) / np.where(amx != 0, amx, F32(1)), F32(0)).astype(F32)
         v = (xb * scale[..., None]).astype(F32).astype(np.float64)
         frag = (np.abs(np.abs(v - np.trunc(v)) - 0.5) / 127.0).reshape(x32.shape)   # q-units / 127
         frag[(scale == 0).repeat(B, axis=1).reshape(x32.shape)] = np.inf
