@@ -325,6 +325,9 @@ static int run_generate(const char *cmd, engine *eng, session *s, sampler *sm, c
     const double t2 = now_ms();
     fflush(stdout);
     *tm = (gen_timing){ n_ids, t1 - t0, n_gen, t2 - t1 };
+    /* The generated text ends without a newline (stdout carries only the
+     * model's bytes); on a terminal, start the timing line on its own line. */
+    if (n_gen > 0 && isatty(STDOUT_FILENO)) fputc('\n', stderr);
     if (ctx_full) fprintf(stderr, "\nstrata %s: context full (%d tokens), stopping\n", cmd, n_ctx);
     fprintf(stderr, "strata %s: load %.1f ms, prompt %zu tokens in %.1f ms (%.2f tok/s), "
             "generated %d tokens in %.1f ms (%.2f tok/s)\n", cmd, engine_load_ms(eng), n_ids, t1 - t0,
