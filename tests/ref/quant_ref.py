@@ -456,26 +456,43 @@ def act_near_boundary(x, wtype, limit):
     return list(zip(frag[r, j].tolist(), r.tolist(), j.tolist()))
 
 
-def nudge_across(row, j, wtype, max_steps=8192):
-    """row (K,) float32 with element j moved, one float32 ulp at a time, just
-    across its nearest rounding boundary: the same row as an engine whose
+def nudge_across(row, j, wtype):
+    """row (K,) float32 with element j moved the least it takes to round to the
+    other side of its nearest Q8 rounding boundary: the row an engine whose
     float32 arithmetic landed on the other side of it would quantize. Returns
-    the new row, or None if no lone flip of j is found within max_steps ulps."""
+    the new row, or None if that would change more than element j's quant."""
     row = np.array(row, F32)
-    B = 256 if DOT_TYPE[wtype] == 15 else (32 if DOT_TYPE[wtype] in (8, 9) else 1)
+    dt = DOT_TYPE[wtype]
+    if dt not in (8, 9, 15):
+        return None
+    B = 256 if dt == 15 else 32
     b0 = j // B * B
     blk = row[b0:b0 + B].copy()
     jj = j - b0
+    if dt == 15:
+        _, mx = _signed_absmax(blk.reshape(1, B))
+        scale = F32(-127) / mx[0] if mx[0] != 0 else F32(0)
+    else:
+        scale = _recip((np.abs(blk).max(keepdims=True) / F32(127)).astype(F32))[0]
+    if scale == 0:
+        return None
+    v = float(F32(blk[jj] * scale))
+    boundary = np.floor(v) + 0.5                     # the .5 boundary nearest to v
     base = act_quant_dequant(blk, wtype)
-    up, down = blk.copy(), blk.copy()
-    for _ in range(max_steps):
-        for r, direction in ((up, np.inf), (down, -np.inf)):
-            r[jj] = np.nextafter(r[jj], F32(direction))
-            q = act_quant_dequant(r, wtype)
-            if np.any(q != base):
-                if np.flatnonzero(q != base).tolist() != [jj]:
-                    return None   # the block scale moved too: not a lone rounding flip
-                out = row.copy()
-                out[b0:b0 + B] = r
-                return out
+    x0 = F32(boundary / float(scale))
+    cands = [x0]
+    for direction in (np.inf, -np.inf):
+        x = x0
+        for _ in range(4):
+            x = np.nextafter(x, F32(direction))
+            cands.append(x)
+    for x in sorted(cands, key=lambda c: abs(float(c) - float(blk[jj]))):
+        trial = blk.copy()
+        trial[jj] = x
+        q = act_quant_dequant(trial, wtype)
+        diff = np.flatnonzero(q != base)
+        if diff.tolist() == [jj]:
+            out = row.copy()
+            out[b0:b0 + B] = trial
+            return out
     return None
