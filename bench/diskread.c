@@ -8,11 +8,13 @@
  *   diskread size=B qd=N windows=W median_gbs=X min_gbs=Y max_gbs=Z reads=R
  *
  *   diskread FILE [--size B] [--qd N] [--windows W] [--window-ms MS] [--seed S]
- *            [--pread] [--quiet]
+ *            [--stride B] [--base OFF] [--span B] [--pread] [--quiet]
  *   diskread --drop FILE     evict FILE's pages from the page cache (fadvise)
  *
- * Offsets are multiples of 4096 chosen uniformly so that the read stays in the
- * file; the buffer is 4096-aligned. Only a fixed set of windows is measured, so
+ * Offsets are base + k * stride (default base 0, stride 4096; give the blob size
+ * and the first blob's offset to read whole blobs as the engine does), k chosen
+ * uniformly so that the read stays in the file (or, with --span B, in the first
+ * B bytes after base: a small span shows what re-reading a hot set costs); the buffer is 4096-aligned. Only a fixed set of windows is measured, so
  * the run takes about windows x window-ms.
  */
 #ifndef _GNU_SOURCE
@@ -61,9 +63,10 @@ static uint64_t parse_size(const char *s) {
     return (uint64_t)v;
 }
 
-static uint64_t g_size, g_slots; /* read size (rounded to 4096), number of 4 KiB offsets */
+static uint64_t g_size, g_slots; /* read size (rounded to 4096), number of offsets */
+static uint64_t g_stride = 4096, g_base, g_span; /* offsets are g_base + k * g_stride */
 
-static off_t pick_offset(uint64_t *rng) { return (off_t)((rng_next(rng) % g_slots) * 4096); }
+static off_t pick_offset(uint64_t *rng) { return (off_t)(g_base + (rng_next(rng) % g_slots) * g_stride); }
 
 /* ---- pread mode: QD threads, each a loop of preads; bytes counted atomically */
 static atomic_ullong g_bytes;
@@ -86,7 +89,7 @@ static void *pread_worker(void *arg) {
 static void usage(void) {
     fprintf(stderr,
             "usage: diskread FILE [--size B] [--qd N] [--windows W] [--window-ms MS] [--seed S]\n"
-            "                [--pread] [--quiet]\n"
+            "                [--stride B] [--base OFF] [--span B] [--pread] [--quiet]\n"
             "       diskread --drop FILE   (evict FILE from the page cache)\n");
 }
 
@@ -102,6 +105,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--windows") && i + 1 < argc) windows = atoi(argv[++i]);
         else if (!strcmp(a, "--window-ms") && i + 1 < argc) window_ms = atoi(argv[++i]);
         else if (!strcmp(a, "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--stride") && i + 1 < argc) g_stride = parse_size(argv[++i]);
+        else if (!strcmp(a, "--base") && i + 1 < argc) g_base = parse_size(argv[++i]);
+        else if (!strcmp(a, "--span") && i + 1 < argc) g_span = parse_size(argv[++i]);
         else if (!strcmp(a, "--pread")) use_pread = 1;
         else if (!strcmp(a, "--quiet")) quiet = 1;
         else if (!strcmp(a, "--drop")) drop = 1;
@@ -120,16 +126,18 @@ int main(int argc, char **argv) {
         return 0;
     }
 
-    if (qd < 1 || qd > 256 || windows < 1 || window_ms < 10 || size == 0) { usage(); return 2; }
+    if (qd < 1 || qd > 256 || windows < 1 || window_ms < 10 || size == 0 || g_stride == 0 || g_stride % 4096 ||
+        g_base % 4096) { usage(); return 2; }
     g_size = (size + 4095) & ~(uint64_t)4095;
     int fd = open(path, O_RDONLY | O_DIRECT);
     if (fd < 0) { perror(path); return 1; }
     struct stat st;
-    if (fstat(fd, &st) || (uint64_t)st.st_size < g_size + 4096) {
+    if (fstat(fd, &st) || (uint64_t)st.st_size < g_base + g_size + 4096) {
         fprintf(stderr, "diskread: %s is smaller than one read\n", path);
         return 1;
     }
-    g_slots = ((uint64_t)st.st_size - g_size) / 4096 + 1;
+    g_slots = ((uint64_t)st.st_size - g_base - g_size) / g_stride + 1;
+    if (g_span && g_span / g_stride < g_slots) g_slots = g_span / g_stride ? g_span / g_stride : 1;
     g_fd = fd;
 
     double *gbs = calloc((size_t)windows, sizeof *gbs);

@@ -405,6 +405,15 @@ int engine_stream_init_line(const engine *eng, char *buf, size_t cap)
     return xstore_init_line(eng->store, buf, cap);
 }
 
+int engine_stream_occupancy(engine *eng, int *n_slots, int *n_filled)
+{
+    *n_slots = *n_filled = 0;
+    if (!eng->store) return ERR_USAGE;
+    *n_slots = xstore_n_slots(eng->store);
+    *n_filled = xstore_n_filled(eng->store);
+    return 0;
+}
+
 int engine_stream_counters_get(const engine *eng, int phase, engine_stream_counters *out)
 {
     memset(out, 0, sizeof *out);

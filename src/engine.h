@@ -179,6 +179,9 @@ int  engine_stream_warm(engine *eng, const int32_t *pairs, uint64_t n, err *e);
 /* "expert arena 6.50 GB, 4129 slots in 2 size classes, ..." (see xstore.h);
  * 0 and an empty string when not streaming. */
 int  engine_stream_init_line(const engine *eng, char *buf, size_t cap);
+/* Arena occupancy: slots in the arena and slots holding a resident expert
+ * now. ERR_USAGE when not streaming. Takes the store's lock (for metrics). */
+int  engine_stream_occupancy(engine *eng, int *n_slots, int *n_filled);
 /* ERR_USAGE when not streaming. */
 int  engine_stream_counters_get(const engine *eng, int phase, engine_stream_counters *out);
 /* One human line per phase that ran (--trace). Nothing when not streaming. */

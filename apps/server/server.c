@@ -100,6 +100,7 @@ typedef struct srv {
     double prompt_ms, gen_ms;
     int have_stream;
     engine_stream_counters sc[2];
+    int          arena_slots, arena_filled;  /* occupancy after the last request */
     engine_memory mem;
 } srv;
 
@@ -426,6 +427,7 @@ static void *worker_main(void *arg)
         if (S->have_stream) {
             engine_stream_counters_get(S->eng, ENGINE_PHASE_PROMPT, &S->sc[0]);
             engine_stream_counters_get(S->eng, ENGINE_PHASE_DECODE, &S->sc[1]);
+            engine_stream_occupancy(S->eng, &S->arena_slots, &S->arena_filled);
         }
         S->running = 0;
         job_unref(S, j);
@@ -576,8 +578,11 @@ static char *metrics_text(srv *S)
                 P("strata_expert_stream_%s_total{phase=\"%s\"} %llu\n", f[k].name, ph[p],
                   (unsigned long long)*(const uint64_t *)((const char *)&S->sc[p] + f[k].off));
         }
-        /* TODO: arena occupancy (filled slots) is not in the public API yet;
-         * the arena's size is strata_memory_bytes{part="arena"}. */
+        P("# HELP strata_expert_arena_slots Slots in the expert arena.\n"
+          "# TYPE strata_expert_arena_slots gauge\nstrata_expert_arena_slots %d\n"
+          "# HELP strata_expert_arena_filled_slots Arena slots holding a resident expert (after the last request).\n"
+          "# TYPE strata_expert_arena_filled_slots gauge\nstrata_expert_arena_filled_slots %d\n",
+          S->arena_slots, S->arena_filled);
     }
     pthread_mutex_unlock(&S->mu);
 #undef P
@@ -941,6 +946,7 @@ int cmd_serve(int argc, char **argv)
     if (!(S.eog = malloc(sizeof(int32_t) * (size_t)engine_n_vocab(S.eng)))) { cli_fail(CMD, CLI_ERR, "out of memory"); goto done; }
     for (int32_t t = 0; t < engine_n_vocab(S.eng); t++) if (engine_token_is_eog(S.eng, t)) S.eog[S.n_eog++] = t;
     S.have_stream = engine_streaming(S.eng);
+    if (S.have_stream) engine_stream_occupancy(S.eng, &S.arena_slots, &S.arena_filled);
     if (pthread_create(&worker, NULL, worker_main, &S) != 0) { cli_fail(CMD, CLI_ERR, "cannot start the worker"); goto done; }
     worker_started = 1;
     atomic_store(&S.ready, 1);

@@ -1006,6 +1006,15 @@ int xstore_chunk(const xstore *s, int i, int *phase, xstore_counters *out)
 uint64_t   xstore_arena_bytes(const xstore *s) { return s->arena_bytes; }
 int        xstore_n_slots(const xstore *s)     { return s->n_slots; }
 int        xstore_n_classes(const xstore *s)   { return s->n_cls; }
+
+int xstore_n_filled(xstore *s)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_slots; i++) n += s->slots[i].state == S_RESIDENT;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
 const xio *xstore_io(const xstore *s)          { return s->io; }
 
 void xstore_set_fault(xstore *s, const xio_fault *f) { xio_fault_set(s->io, f); }

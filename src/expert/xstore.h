@@ -176,6 +176,9 @@ int  xstore_chunk(const xstore *s, int i, int *phase, xstore_counters *out);
 /* ==== Facts and reports ==== */
 uint64_t xstore_arena_bytes(const xstore *s);
 int      xstore_n_slots(const xstore *s);
+/* Slots holding a resident expert right now (not empty, loading or failed).
+ * Takes the store's lock: for metrics, not for the decode loop. */
+int      xstore_n_filled(xstore *s);
 int      xstore_n_classes(const xstore *s);
 const xio *xstore_io(const xstore *s);
 /* "expert arena 6.50 GB, 4129 slots in 2 size classes, 4129 experts read

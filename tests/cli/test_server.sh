@@ -142,6 +142,8 @@ if start_server "$tmp/d.log" -t 1 -c 1024 --arena 100K --read-ahead 1 --no-direc
     if grep -qE '^strata_expert_stream_bytes_read_total\{phase="decode"\} [1-9]' "$tmp/metrics" &&
        grep -qE '^strata_expert_stream_misses_total\{phase="prompt"\} [0-9]' "$tmp/metrics" &&
        grep -qE '^strata_expert_stream_streaming 1' "$tmp/metrics"; then ok; else bad "expert-stream metrics missing"; fi
+    if grep -qE '^strata_expert_arena_slots [1-9]' "$tmp/metrics" &&
+       grep -qE '^strata_expert_arena_filled_slots [1-9]' "$tmp/metrics"; then ok; else bad "arena occupancy metrics missing"; fi
     kill -TERM "$PID_D"; wait "$PID_D" && ok || bad "server D exit status"
 else
     bad "server D (--arena) did not start"; tail -n 5 "$tmp/d.log" >&2
