@@ -40,21 +40,18 @@ cpu: all
 deps:
 	@sh tools/install-deps.sh
 
-# The README's first command: build, generate the default model once
-# (deterministic, no network) and generate text with it.
-DEMO_MODEL ?= models/strata-demo.gguf
-DEMO_PROMPT ?= The quick brown fox
-$(DEMO_MODEL): | $(BIN)
-	@mkdir -p $(dir $@)
-	$(BIN) mkmodel --preset small --seed 1 -o $@
+# The README's first command: build, then generate with the shipped trained
+# model (models/strata-ops-moe.gguf, see models/README.md) on a ChatML prompt
+# with tool schemas (models/demo-prompt.txt): it answers with a tool call.
+DEMO_MODEL ?= models/strata-ops-moe.gguf
+DEMO_PROMPT_FILE ?= models/demo-prompt.txt
 demo: deps
 	@$(MAKE) --no-print-directory $(BIN)
-	@$(MAKE) --no-print-directory $(DEMO_MODEL)
-	$(BIN) run -m $(DEMO_MODEL) -p "$(DEMO_PROMPT)" -n 48 --temp 0
+	$(BIN) run -m $(DEMO_MODEL) -f $(DEMO_PROMPT_FILE) -n 64 --temp 0
 
 help:
 	@echo "make            build build/strata, unit tests and test tools"
-	@echo "make demo       install deps, generate the default model, generate text with it"
+	@echo "make demo       install deps, build, run the shipped trained model on a tool-calling prompt"
 	@echo "make deps       install the Debian packages the build and tests need"
 	@echo "make test       build and run the default test suite (prints 'N passed, N failed')"
 	@echo "make unit       run only the C unit tests"

@@ -120,7 +120,7 @@ def ab(name):
         pairs.append(dict(
             a_dec=a["m"].get("gen_tok_s"), b_dec=b["m"].get("gen_tok_s"),
             a_pre=a["m"].get("prompt_tok_s"), b_pre=b["m"].get("prompt_tok_s"),
-            dec_ratio=pr.get("decode_tok_s_ratio"),
+            dec_ratio=pr.get("decode_tok_s_ratio"), a_load=a["m"].get("load_ms"), b_load=b["m"].get("load_ms"),
             pre_ratio=(b["m"]["prompt_tok_s"] / a["m"]["prompt_tok_s"])
             if a["m"].get("prompt_tok_s") and b["m"].get("prompt_tok_s") else None,
             equal=pr.get("output_equal"), b_rep=b["rep"], prompt_tokens=b["m"].get("prompt_tokens")))
@@ -171,6 +171,7 @@ L.append(f"| decode tok/s, median (min..max) | {mr([x['a_dec'] for x in dec], '{
 ptok = pre[0]["prompt_tokens"] if pre else None
 L.append(f"| prefill tok/s ({ptok} tokens) | {mr([x['a_pre'] for x in pre], '{:.2f}')} | "
          f"{mr([x['b_pre'] for x in pre], '{:.2f}')} | {mr([x['pre_ratio'] for x in pre], '{:.2f}x')} |")
+L.append(f"| load ms (decode pairs) | {mr([x['a_load'] for x in dec], '{:.0f}')} | {mr([x['b_load'] for x in dec], '{:.0f}')} | |")
 L.append(f"| output byte-identical (pairs) | | | decode {sum(1 for x in dec if x['equal'])}/{len(dec)}, "
          f"prefill {sum(1 for x in pre if x['equal'])}/{len(pre)} |")
 L.append("")
@@ -190,7 +191,7 @@ L.append("")
 L.append("| disk ceiling and the other arms | figure |")
 L.append("|---|---|")
 L.append(f"| disk ceiling: random O_DIRECT reads of {cfg['blob']} B at QD {cfg['qd']} (io_uring), "
-         f"medians of 10 x 0.5 s windows | " + ", ".join(f"{t}: {f(c[0])}" for t, c in ceils.items() if c)
+         f"medians of 10 x 0.5 s windows of continuous reading | " + ", ".join(f"{t}: {f(c[0])}" for t, c in ceils.items() if c)
          + f" GB/s; all windows {f(ceil_lo)}..{f(ceil_hi)} |")
 L.append(f"| miss-dominated (--arena 0) decode: missed | {mr([m['miss'] for m in miss])} |")
 L.append(f"| ... effective GB/s (bytes / host time) | {mr([m['eff'] for m in miss])} |")
