@@ -265,7 +265,8 @@ static int cases_load(const char *path, caseset *cs)
 
 enum { K_STRING = 0, K_NUMBER, K_BOOL, K_ID, K_OTHER, K_COUNT };
 static const char *const k_kind_names[K_COUNT] = { "strings", "numbers", "booleans", "ids", "other" };
-static const char *const k_kind_keys[K_COUNT] = { "string", "number", "boolean", "id", "other" };
+/* JSON keys of the per-kind scores; "ids" (not "id") so a case object's own "id" string is not shadowed. */
+static const char *const k_kind_keys[K_COUNT] = { "string", "number", "boolean", "ids", "other" };
 
 typedef struct kcount { int ok, n; } kcount;
 
