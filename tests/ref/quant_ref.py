@@ -198,7 +198,61 @@ DOT_TYPE = {0: 0, 1: 1, 30: 30, 2: 8, 3: 9, 6: 8, 7: 9, 8: 8,
 
 # ---- activation emulation -----------------------------------------------------
 
-def act_quant_dequant(x, wtype):
+def act_quant_raw(x, wtype, scale_flips=()):
+    """Raw dot-type blocks of activations x (N, K) for weights of type wtype,
+    as ggml-cpu quantizes them (x86). scale_flips: [(row, block, field)] with
+    field "d" or "s" (Q8_0/Q8_1 only): round that block's fp16 scale d (or
+    Q8_1's s) to the other fp16 neighbour of its exact float32 value, as an
+    engine whose amax landed on the other side of an fp16 midpoint would."""
+    x32 = np.asarray(x, F32).reshape(-1, np.asarray(x).shape[-1])
+    dt = DOT_TYPE[wtype]
+    raw = ACT_QUANTIZERS.get(dt, QUANTIZERS.get(dt))(x32.reshape(-1))
+    if not scale_flips:
+        return raw
+    size = GGML_TYPES[dt][2]
+    raw = raw.reshape(-1, size).copy()
+    nb = x32.shape[1] // 32
+    for r, b, field in scale_flips:
+        xb = x32[r, 32 * b:32 * b + 32]
+        d32 = F32(np.abs(xb).max() / F32(127))
+        off = 0 if field == "d" else 2
+        exact = d32 if field == "d" else F32(F32(raw[r * nb + b, 4:36].view(np.int8).astype(np.int64).sum()) * d32)
+        cur = raw[r * nb + b, off:off + 2].view("<f2")[0]
+        other = np.nextafter(cur, np.float16(np.inf) if exact > cur else np.float16(-np.inf))
+        raw[r * nb + b, off:off + 2] = np.array([other], "<f2").view(np.uint8)
+    return raw.reshape(-1)
+
+
+def act_scale_near_boundary(x, wtype, limit):
+    """Q8_0/Q8_1 blocks whose fp16 scale d (Q8_1: also s) sits within `limit`
+    (relative) of an fp16 rounding midpoint: [(frag, row, block, field)]."""
+    dt = DOT_TYPE[wtype]
+    if dt not in (8, 9):
+        return []
+    x32 = np.asarray(x, F32).reshape(-1, np.asarray(x).shape[-1])
+    raw = act_quant_raw(x32, wtype).reshape(x32.shape[0], -1, GGML_TYPES[dt][2])
+    d32 = (np.abs(x32.reshape(x32.shape[0], -1, 32)).max(axis=2) / F32(127)).astype(F32)
+    fields = [("d", d32)]
+    if dt == 9:
+        qsum = raw[:, :, 4:36].view(np.int8).astype(np.int64).sum(axis=2)
+        fields.append(("s", (qsum.astype(F32) * d32).astype(F32)))
+    out = []
+    for field, v in fields:
+        v64 = v.astype(np.float64)
+        h = v.astype(np.float16)
+        up = np.nextafter(h, np.float16(np.inf)).astype(np.float64)
+        dn = np.nextafter(h, np.float16(-np.inf)).astype(np.float64)
+        h64 = h.astype(np.float64)
+        mid = np.where(v64 >= h64, (h64 + up) / 2, (h64 + dn) / 2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frag = np.abs(v64 - mid) / np.abs(v64)
+        frag[~np.isfinite(frag)] = np.inf
+        r, b = np.nonzero(frag < limit)
+        out += [(float(frag[i, j]), int(i), int(j), field) for i, j in zip(r, b)]
+    return out
+
+
+def act_quant_dequant(x, wtype, scale_flips=()):
     """Activations x (..., K) as ggml-cpu feeds them to a dot with weights of
     type wtype: rounded to float32, quantized to the dot type, dequantized.
     Returns float64 of the same shape."""
@@ -208,18 +262,21 @@ def act_quant_dequant(x, wtype):
     x32 = x.astype(F32)
     if dt == 0:
         return x32.astype(np.float64)
-    raw = ACT_QUANTIZERS.get(dt, QUANTIZERS.get(dt))(x32.reshape(-1))
+    if scale_flips:
+        raw = act_quant_raw(x32.reshape(-1, x.shape[-1]), wtype, scale_flips)
+    else:
+        raw = ACT_QUANTIZERS.get(dt, QUANTIZERS.get(dt))(x32.reshape(-1))
     return dequantize(dt, raw, x32.size).reshape(x.shape)
 
 
-def act_dot_correction(x, wtype, w_mins):
+def act_dot_correction(x, wtype, w_mins, scale_flips=()):
     """Q4_1/Q5_1 x Q8_1: ggml's block dot is d_w*d_a*sum(q_w q_a) + m_w*s_a with
     s_a = fp16(d_a*sum(q_a)) (d_a the unrounded float32 scale), whereas
     sum(dequant(w)*dequant(a)) has m_w*fp16(d_a)*sum(q_a). Returns the
     difference as a (..., M) array to add to x_deq @ W.T.
     w_mins: (M, K/32) block mins of the weight rows."""
     x32 = np.asarray(x, F32).reshape(-1, x.shape[-1])
-    raw = act_quantize_q8_1_bytes(x32.reshape(-1)).reshape(-1, 36)
+    raw = act_quant_raw(x32, wtype, scale_flips).reshape(-1, 36)
     d16 = np.ascontiguousarray(raw[:, 0:2]).view("<f2").astype(np.float64)[:, 0]
     s16 = np.ascontiguousarray(raw[:, 2:4]).view("<f2").astype(np.float64)[:, 0]
     qsum = raw[:, 4:36].view(np.int8).astype(np.float64).sum(axis=1)
@@ -472,8 +529,9 @@ def nudge_across(row, j, wtype):
     if dt == 15:
         _, mx = _signed_absmax(blk.reshape(1, B))
         scale = F32(-127) / mx[0] if mx[0] != 0 else F32(0)
-    else:
-        scale = _recip((np.abs(blk).max(keepdims=True) / F32(127)).astype(F32))[0]
+    else:   # x86 activation quantizer: x * (127/amax)
+        amax = np.abs(blk).max()
+        scale = F32(127) / amax if amax != 0 else F32(0)
     if scale == 0:
         return None
     v = float(F32(blk[jj] * scale))

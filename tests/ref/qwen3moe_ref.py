@@ -14,7 +14,8 @@ llama.cpp's CPU backend does on purpose, so that a float32 engine that follows
 it can be compared with a tight tolerance:
   act_quant: activations entering a matmul are rounded to float32 and
              quantized to the weight type's vec_dot_type (quant_ref.py), and
-             RoPE angles are formed in float32 as ggml does (rope_angles).
+             RoPE angles and RMSNorm are computed in float32 as ggml does
+             (rope_angles, rms_norm_ggml).
   kv="f16":  K and V are rounded to fp16 when stored in the KV cache.
 
 Shapes: a GGUF weight with ne = {in, out} is read as a numpy (out, in)
@@ -29,7 +30,8 @@ import numpy as np
 
 from gguf_ref import GGUFFile
 from dequant_ref import block_mins
-from quant_ref import DOT_TYPE, act_quant_dequant, act_dot_correction, act_near_boundary, nudge_across
+from quant_ref import (DOT_TYPE, act_quant_dequant, act_dot_correction, act_near_boundary,
+                       act_scale_near_boundary, nudge_across)
 
 
 class Hparams:
@@ -131,6 +133,20 @@ def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
+def rms_norm_ggml(x, w, eps):
+    """rms_norm as ggml-cpu computes it, in float32: squares in float32 summed
+    in double, mean rounded to float32, scale = 1.0f/sqrtf(mean + eps), then
+    (x * scale) * w. On grid-valued inputs (a quantized embedding row) many
+    activations land exactly on a Q8 rounding tie, and which way they round
+    then depends on these last bits; the emulated reference reproduces them."""
+    f32 = np.float32
+    x32 = np.asarray(x).astype(f32)
+    sq = (x32 * x32).astype(np.float64)
+    mean = (sq.sum(axis=-1, keepdims=True) / x32.shape[-1]).astype(f32)
+    scale = (f32(1.0) / np.sqrt((mean + f32(eps)).astype(f32))).astype(f32)
+    return ((x32 * scale).astype(f32) * np.asarray(w).astype(f32)).astype(np.float64)
+
+
 def silu(x):
     return x / (1.0 + np.exp(-x))
 
@@ -194,6 +210,7 @@ class Model:
             self.w.tok_embd = self.w.cache["token_embd.weight"]
             self.w.output_norm = self.w.cache["output_norm.weight"]
         self.act_quant = act_quant
+        self.norm = rms_norm_ggml if act_quant else rms_norm
         self.kv = kv
         self._mins = {}
         self.n_vocab = self.w.tok_embd.shape[0]
@@ -202,9 +219,12 @@ class Model:
         # float32 engine legitimately rounds differently (see test_oracle.py):
         #   events: {key: frag} for activations within `event_limit` of a
         #           rounding boundary, key = ("act", input, dot_type, pos, j);
+        #           Q8_0/Q8_1 block scales near an fp16 midpoint,
+        #           key = ("scale", input, dot_type, pos, block, "d" | "s");
         #           routing near-ties key = ("route", layer, pos), frag = margin.
         #   forced: keys to round the other way / routes to swap (rank k-1 <-> k).
-        self.event_limit = 1e-4
+        self.event_limit = 1e-4         # element roundings: distance / block amax
+        self.scale_event_limit = 1e-6   # fp16 block scales d, s: relative distance
         self.events = {}
         self.forced = set()
 
@@ -231,9 +251,14 @@ class Model:
             for frag, r, j in act_near_boundary(x32, t, self.event_limit):
                 k = ("act", akey, dt, int(rows[r]), j)
                 self.events[k] = min(frag, self.events.get(k, np.inf))
-        y = act_quant_dequant(x32, t).astype(self.dtype) @ W.T
+            for frag, r, b, field in act_scale_near_boundary(x32, t, self.scale_event_limit):
+                k = ("scale", akey, dt, int(rows[r]), b, field)
+                self.events[k] = min(frag, self.events.get(k, np.inf))
+        flips = [(int(r), key[4], key[5]) for key in self.forced
+                 if key[0] == "scale" and key[1] == akey and key[2] == dt for r in np.flatnonzero(rows == key[3])]
+        y = act_quant_dequant(x32, t, flips).astype(self.dtype) @ W.T
         if t in (3, 7):   # Q4_1 / Q5_1 x Q8_1 min-term rounding
-            y = y + act_dot_correction(x32, t, self._block_mins(name, expert)).astype(self.dtype)
+            y = y + act_dot_correction(x32, t, self._block_mins(name, expert), flips).astype(self.dtype)
         return y
 
     def _block_mins(self, name, expert):
@@ -260,8 +285,8 @@ class Model:
         v = v.reshape(T, Hkv, D)
         # Per-head RMSNorm of Q and K (weights {head_dim}), then RoPE.
         theta = rope_angles(pos, hp.n_rot, hp.rope_base, hp.freq_scale, ggml=self.act_quant)
-        q = rope_neox(rms_norm(q, lw["q_norm"], hp.eps), theta, hp.n_rot)
-        k = rope_neox(rms_norm(k, lw["k_norm"], hp.eps), theta, hp.n_rot)
+        q = rope_neox(self.norm(q, lw["q_norm"], hp.eps), theta, hp.n_rot)
+        k = rope_neox(self.norm(k, lw["k_norm"], hp.eps), theta, hp.n_rot)
         if self.kv == "f16":   # the KV cache stores fp16
             k = k.astype(np.float32).astype(np.float16).astype(self.dtype)
             v = v.astype(np.float32).astype(np.float16).astype(self.dtype)
@@ -319,9 +344,9 @@ class Model:
         self._rows = None
         x = self.w.tok_embd[ids].copy()                      # (T, E)
         for il, lw in enumerate(self.w.layers):
-            h = x + self.attention(rms_norm(x, lw["attn_norm"], hp.eps), lw, pos, il)
-            x = h + self.moe(rms_norm(h, lw["ffn_norm"], hp.eps), lw, il)
-        x = rms_norm(x, self.w.output_norm, hp.eps)
+            h = x + self.attention(self.norm(x, lw["attn_norm"], hp.eps), lw, pos, il)
+            x = h + self.moe(self.norm(h, lw["ffn_norm"], hp.eps), lw, il)
+        x = self.norm(x, self.w.output_norm, hp.eps)
         return self.linear(x, self.w.output_name, akey=("head",))
 
 

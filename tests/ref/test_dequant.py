@@ -16,6 +16,9 @@ Prints `dequant: N passed, N failed` and exits non-zero on failure.
    bounds per type; for the types whose ggml reference quantizer is ported in
    quant_ref.py (F16 BF16 Q8_0 Q8_1 Q8_K Q4_0 Q4_1 Q5_0 Q5_1) the bytes must
    equal ggml's exactly.
+3b. Activation quantization: `quant_tool actquant` (ggml-cpu's from_float:
+   Q8_0/Q8_1 with x * (127/amax) and ties to even on x86, Q8_K, F16, BF16)
+   must equal quant_ref's ports byte for byte, exact ties included.
 4. Dot numerics: `quant_tool matmul` (scalar and best ISA) against the float64
    emulation of ggml-cpu (activations quantized to the dot type first):
    |diff| <= 2e-6 * sum|w*a| (float32 accumulation), and closer to the
@@ -253,7 +256,9 @@ def quant_inputs(rng, blck):
                np.eye(1, B, B // 3).ravel() * 5.0,            # one spike
                rng.standard_normal(B) * 1e-6,                 # tiny scale (fp16 subnormal d)
                rng.standard_normal(B) * 1e3,
-               np.linspace(-1, 2, B), rng.standard_normal(B) + 4.0]
+               np.linspace(-1, 2, B), rng.standard_normal(B) + 4.0,
+               # exact ties for amax 127 grids (weights: ggml's _ref rounds half away from zero)
+               np.tile([127.0, 18.5, -18.5, 20.5, 0.5, -0.5, 2.5, -3.5], B // 8)]
     sp = np.concatenate(special).astype(np.float32)
     pad = (-sp.size) % 256
     sp = np.concatenate([sp, np.zeros(pad, np.float32)])
@@ -308,10 +313,38 @@ def test_quantize(rng, tmp):
         report.append(line)
 
 
+# ---- 3b. activation quantization (ggml-cpu's from_float) ---------------------
+
+def test_act_quantize(rng, tmp):
+    """act_quant of the dot types against the ports: Q8_0/Q8_1 as ggml-cpu's
+    x86 from_float (x * (127/amax), round half to even), Q8_K/F16/BF16 as the
+    reference. Gaussian rows, exact ties, zeros and edge-case blocks."""
+    tie = np.array([127.0, 18.5, -18.5, 20.5, 0.5, -0.5, 2.5, -3.5] * 32, np.float32)
+    for t in ("q8_0", "q8_1", "q8_K", "f16", "bf16"):
+        tid = TID[t]
+        blck = GGML_TYPES[tid][1]
+        x, _ = quant_inputs(rng, blck)
+        x = np.concatenate([x, tie, -tie]).astype(np.float32)
+        want = quant_ref.ACT_QUANTIZERS.get(tid, QUANTIZERS[tid])(x)
+        inp, out = os.path.join(tmp, "in.f32"), os.path.join(tmp, "out.bin")
+        x.astype("<f4").tofile(inp)
+        for isa in ("scalar", "best"):
+            rc, err = run_tool("actquant", t, inp, out, isa)
+            if rc != 0:
+                check("actquant_%s_%s" % (t, isa), False, "quant_tool failed: " + err)
+                continue
+            got = np.fromfile(out, np.uint8)
+            bad = np.flatnonzero(got != want) if got.size == want.size else np.arange(1)
+            check("actquant_%s_%s" % (t, isa), bad.size == 0,
+                  "%d bytes differ from ggml-cpu's activation quantizer; first at byte %d (block %d)"
+                  % (bad.size, bad[0], bad[0] // GGML_TYPES[tid][2]) if bad.size else "")
+            report.append("actquant %-5s %-6s bytes == ggml-cpu from_float: %s" % (t, isa, bad.size == 0))
+
+
 # ---- 4. dot numerics ------------------------------------------------------------
 
 def test_matmul(rng, tmp):
-    K, M, N = 512, 24, 4
+    K, M, N = 512, 24, 5
     for t in TYPES:
         tid = TID[t]
         blck = GGML_TYPES[tid][1]
@@ -319,6 +352,11 @@ def test_matmul(rng, tmp):
         W = dequantize(tid, wraw, M * K).reshape(M, K)
         X = (rng.standard_normal((N, K)) * np.exp(rng.uniform(-2, 2, (N, 1)))).astype(np.float32)
         X[0, ::7] = 0.0
+        # Exact rounding ties: with amax 127 the Q8 scale is 1 (Q8_K: -1), so
+        # x = k + 0.5 lands exactly between two quants; ggml-cpu's x86 Q8_0/Q8_1
+        # and Q8_K activation quantizers round half to even (18.5 -> 18).
+        tie = np.array([127.0, 18.5, -18.5, 20.5, 0.5, -0.5, 2.5, -3.5] * 4, np.float32)
+        X[4] = np.tile(tie, K // 32)
         emul = act_quant_dequant(X, tid) @ W.T
         if tid in (3, 7):
             emul = emul + act_dot_correction(X, tid, block_mins(tid, wraw, M * K).reshape(M, -1))
@@ -353,6 +391,7 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             test_dequant(rng, tmp)
             test_quantize(rng, tmp)
+            test_act_quantize(rng, tmp)
             test_matmul(rng, tmp)
     for line in report:
         print(line, file=sys.stderr)

@@ -2,16 +2,19 @@
  * (tests/ref/test_dequant.py). A test tool, not a front end.
  *
  *   quant_tool dequant  TYPE IN.bin OUT.f32          raw blocks -> float32
- *   quant_tool quantize TYPE IN.f32 OUT.bin          float32 -> raw blocks
+ *   quant_tool quantize TYPE IN.f32 OUT.bin          float32 -> raw blocks (weights)
+ *   quant_tool actquant TYPE IN.f32 OUT.bin [scalar|best]
+ *                                                    float32 -> raw blocks as
+ *                                                    activations (act_quant)
  *   quant_tool matmul   TYPE K W.bin X.f32 OUT.f32 [scalar|best]
  *        W: M rows of K elements of TYPE; X: N vectors of K floats.
  *        Each x is first quantized to TYPE's dot_type with that type's
- *        quantizer (as ggml-cpu does), then OUT[n][m] = dot(W[m], q(x[n])).
+ *        act_quant (as ggml-cpu does), then OUT[n][m] = dot(W[m], q(x[n])).
  *
  * TYPE is a ggml type name ("q4_K") or id. dequant/quantize go through the
- * scalar reference wrappers quant_dequantize/quant_quantize; matmul through
- * quant_ops_get() on the chosen ISA (default: best). Exit 0 on success; on
- * error one line on stderr and exit 1. */
+ * scalar reference wrappers quant_dequantize/quant_quantize; actquant and
+ * matmul through quant_ops_get() on the chosen ISA (default: best). Exit 0 on
+ * success; on error one line on stderr and exit 1. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,7 +130,7 @@ static int cmd_matmul(int type, int64_t k, const char *wpath, const char *xpath,
     for (int64_t j = 0; j < nv; j++) {
         const float *xj = x + j * k;
         const void *aj = xj;
-        if (!a_is_f32) { aops.quant(xj, a, k); aj = a; }
+        if (!a_is_f32) { aops.act_quant(xj, a, k); aj = a; }
         for (int64_t i = 0; i < m; i++) o[j * m + i] = wops.dot(k, w + (size_t)i * wrow, aj);
     }
     int rc = write_file(out, o, (size_t)(m * nv) * sizeof(float)) == 0 ? 0 : die("cannot write", out);
@@ -135,10 +138,36 @@ static int cmd_matmul(int type, int64_t k, const char *wpath, const char *xpath,
     return rc;
 }
 
+static int cmd_actquant(int type, const char *in, const char *out, const char *isa_name)
+{
+    cpu_isa isa = cpu_best_isa();
+    if (isa_name && strcmp(isa_name, "scalar") == 0) isa = CPU_ISA_SCALAR;
+    else if (isa_name && strcmp(isa_name, "best") != 0) return die("isa must be scalar or best", isa_name);
+    err e = {0};
+    quant_ops ops;
+    if (quant_ops_get(type, isa, &ops, &e) != 0) return die("quant_ops_get", e.msg);
+    if (!ops.act_quant) return die("no act_quant for this type", NULL);
+    const qtype_info *ti = qtype_get(type);
+    size_t n;
+    float *src = read_file(in, &n);
+    if (!src) return die("cannot read", in);
+    int64_t ne = (int64_t)(n / sizeof(float));
+    if (n % sizeof(float) || ne % ti->blck) { free(src); return die("input is not whole blocks of floats", in); }
+    size_t ob = (size_t)(ne / ti->blck) * (size_t)ti->type_size;
+    uint8_t *dst = malloc(ob ? ob : 1);
+    if (!dst) { free(src); return die("out of memory", NULL); }
+    ops.act_quant(src, dst, ne);
+    int rc = write_file(out, dst, ob) == 0 ? 0 : die("cannot write", out);
+    free(src);
+    free(dst);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
         fprintf(stderr, "usage: quant_tool dequant|quantize TYPE IN OUT\n"
+                        "       quant_tool actquant TYPE IN.f32 OUT.bin [scalar|best]\n"
                         "       quant_tool matmul TYPE K W.bin X.f32 OUT.f32 [scalar|best]\n");
         return 2;
     }
@@ -146,6 +175,7 @@ int main(int argc, char **argv)
     if (type < 0) return die("unknown type", argv[2]);
     if (strcmp(argv[1], "dequant") == 0) return cmd_dequant(type, argv[3], argv[4]);
     if (strcmp(argv[1], "quantize") == 0) return cmd_quantize(type, argv[3], argv[4]);
+    if (strcmp(argv[1], "actquant") == 0) return cmd_actquant(type, argv[3], argv[4], argc > 5 ? argv[5] : NULL);
     if (strcmp(argv[1], "matmul") == 0 && argc >= 7)
         return cmd_matmul(type, strtoll(argv[3], NULL, 10), argv[4], argv[5], argv[6], argc > 7 ? argv[7] : NULL);
     return die("unknown command", argv[1]);
