@@ -228,16 +228,23 @@ class Model:
         self.events = {}
         self.forced = set()
 
-    # y = x @ W.T, optionally with llama.cpp's activation quantization.
-    # akey names the activation tensor (one quantization shared by every
-    # matmul that reads it: Q/K/V; router/gate/up of all experts).
     def linear(self, x, name, expert=None, akey=None):
+        """y = x @ W.T for weight `name` (expert slab `expert` of a 3-D one).
+        With act_quant, as ggml-cpu computes it (_ggml_linear); akey names the
+        activation tensor x, quantized once for every matmul that reads it
+        (Q/K/V; router, gate and up of all experts)."""
         W = self.w.cache[name]
-        t = self.w.types[name]
         if expert is not None:
             W = W[expert]
         if not self.act_quant:
             return x @ W.T
+        return self._ggml_linear(x, W, name, expert, akey)
+
+    def _ggml_linear(self, x, W, name, expert, akey):
+        """x rounded to float32 and quantized to the weight type's dot type,
+        dequantized, then an exact dot; records activations near a rounding
+        boundary (self.events) and applies forced roundings (self.forced)."""
+        t = self.w.types[name]
         x32 = x.astype(np.float32)
         rows = self._rows if self._rows is not None else np.arange(x.shape[0])
         dt = DOT_TYPE[t]
@@ -358,16 +365,19 @@ def parse_ids(s):
 
 
 def main(argv):
-    args = [a for a in argv[1:] if not a.startswith("--")]
-    opts = [a for a in argv[1:] if a.startswith("--")]
-    if len(args) != 3:
+    args, act_quant, kv = [], False, "f32"
+    it = iter(argv[1:])
+    for a in it:
+        if a == "--act-quant":
+            act_quant = True
+        elif a == "--kv":
+            kv = next(it, "f32")
+        else:
+            args.append(a)
+    if len(args) != 3 or kv not in ("f32", "f16"):
         print("usage: qwen3moe_ref.py MODEL IDS OUT.npy [--act-quant] [--kv f16|f32]", file=sys.stderr)
         return 2
-    kv = "f32"
-    if "--kv" in argv:
-        kv = argv[argv.index("--kv") + 1]
-        args = [a for a in args if a != kv]
-    m = Model(args[0], act_quant="--act-quant" in opts, kv=kv)
+    m = Model(args[0], act_quant=act_quant, kv=kv)
     np.save(args[2], m.forward(parse_ids(args[1])))
     return 0
 

@@ -10,15 +10,23 @@ strata also reads files it did not write). Logits come from
 `$BUILD/tests/dump_logits MODEL OUT.bin IDS [-t N] [-ctk T] [-ctv T] [-b N]`.
 
 The reference (qwen3moe_ref.py) runs in two modes:
-  plain     everything exact in float64 on the dequantized weights;
-  emulated  additionally quantizes matmul activations to the weight type's
-            vec_dot_type as ggml-cpu does (Q8_0 / Q8_1 / Q8_K / F16 / BF16),
-            and rounds K/V to fp16 for an F16 KV cache.
-A float32 engine that follows llama.cpp must agree with `emulated` up to
-float32 rounding (plus rare one-step flips of an activation's Q8 rounding),
-and with `plain` only up to the activation-quantization error.
+  plain     everything exact in float64 on the dequantized weights (the
+            model the file describes);
+  emulated  llama.cpp's CPU numerics where they are a choice, not rounding
+            noise: matmul activations quantized to the weight type's
+            vec_dot_type as ggml-cpu's x86 from_float does (Q8_0 / Q8_1 / Q8_K
+            / F16 / BF16), RMSNorm and RoPE angles in ggml's float32 order,
+            K/V rounded to fp16 for an F16 KV cache.
+A float32 engine that follows llama.cpp agrees with `emulated` to float32
+rounding at every position, except where a value sits within float32 noise
+of a rounding boundary; the oracle then proves the departure is exactly one
+such rounding (see FRAG_MAX below) instead of widening the tolerance. Against
+`plain` it agrees only up to the activation-quantization error.
 
-Tolerances (see the constants below for the reasoning and measured levels).
+Cases: F32 models and F32 KV (several seeds, shapes, tied head, k = 1 and
+k = n_expert, GGUF alignment 64 from make_model.py); F16 KV; quantized mixes
+of every supported type; prompt chunking (-b 4 vs -b 64) and threads (-t 1 vs
+-t 2) against each other. Self-checks of the oracle come first.
 """
 
 import os
@@ -49,14 +57,15 @@ PYTHON = os.environ.get("PYTHON", sys.executable)
 # that float32 level, still 1000x below any real bug (a wrong RoPE pair, norm or
 # routing weight moves logits by >= 0.1).
 TOL_F32_ABS, TOL_F32_REL = 1e-4, 1e-5
-# F16 KV cache, against the reference that rounds K and V to fp16 when stored:
-# the stored values then agree, but the engine may also round Q and the softmax
-# probabilities to fp16 before the half dots (llama.cpp does for F16 K/V), each
-# a relative 2^-11 perturbation of an attention term; the attention output is a
-# convex mix, so logits move by at most a few 1e-3. Allow 2e-2 absolute; against
-# the plain float64 reference (K, V exact) the fp16 rounding alone measured
-# ~1.4e-3 max, also covered by the same 2e-2.
-TOL_F16KV_ABS = 2e-2
+# F16 KV cache, against the reference that rounds K and V to fp16 when stored
+# (TOL_F16KV_EMU): what remains is float32 noise plus rare fp16 roundings of a
+# K/V element that fall the other way (one fp16 ulp, 2^-11 relative, of one
+# element): measured 1.2e-5 .. 7e-5. Allow 2e-3. (strata keeps Q and the
+# probabilities in float32; llama.cpp's CPU flash-attention path also rounds Q
+# to fp16 and accumulates V in fp16; if strata adopts that, this emulation must
+# follow.) Against the plain reference (K, V exact, TOL_F16KV_PLAIN) the fp16
+# storage itself measured 8e-4 .. 1.6e-3: allow 2e-2.
+TOL_F16KV_EMU, TOL_F16KV_PLAIN = 2e-3, 2e-2
 # Quantized weights, against the EMULATED reference: every position to the F32
 # tolerance above, except where strata legitimately rounds one activation
 # differently. That happens where the exact value sits within float32 noise of
@@ -66,15 +75,24 @@ TOL_F16KV_ABS = 2e-2
 # quantization amplify that, and attention carries it to every later position
 # (measured: relative RMS 3.4e-3, max 0.065 for one flip, vs ~1e-7 elsewhere).
 # The oracle does not widen the tolerance for that. At the first departing
-# position p0 it tries the reference's Q8 activations that sit within FRAG_MAX
-# (of their block's absolute max) of a rounding boundary, and routing
-# near-ties: first those at p0 (closest first, up to MAX_AT_P0), then earlier
-# ones (up to MAX_BEFORE). If rounding ONE of them the other way makes the
-# reference match strata at every position up to p0, the departure is
-# explained and the search goes on with that flip applied; at most MAX_FLIPS
-# per case, anything else fails. (Measured: the explaining activation sat at
-# 0 .. 2.9e-5 of its block max.)
+# position p0 it tries the reference's candidates: Q8 activation elements
+# within FRAG_MAX (of their block's absolute max) of a rounding boundary, Q8_0
+# / Q8_1 block scales d, s within 1e-6 (relative) of an fp16 rounding midpoint,
+# and routing near-ties; first those at p0 (closest first, up to MAX_AT_P0),
+# then earlier ones (up to MAX_BEFORE). If rounding ONE of them the other way
+# makes the reference match strata at every position up to p0, the departure
+# is explained and the search goes on with that flip applied; at most
+# MAX_FLIPS per case, anything else fails. Measured over 135 sequences of 48
+# tokens on the quantized models below: 0 or 1 flip each, every one explained
+# by an element at 0 .. 6e-8 of a boundary or a scale at 6e-8 of an fp16
+# midpoint (before RMSNorm and RoPE were emulated in float32, grid-valued
+# embeddings produced exact ties that needed 2.9e-5).
 FRAG_MAX, MAX_FLIPS, MAX_AT_P0, MAX_BEFORE = 1e-4, 4, 24, 8
+# A broken engine departs everywhere, and each unexplained departure costs
+# up to MAX_AT_P0 + MAX_BEFORE reference runs: stop searching (and fail) once
+# the searches of one run have taken EXPLAIN_BUDGET_S seconds in all.
+EXPLAIN_BUDGET_S = 25.0
+_explain_spent = [0.0]
 # Models with F16/BF16 matrices round their activations to fp16/bf16 on a grid
 # so dense that flips cannot be searched one by one (hundreds of candidates
 # per position, ~5e-3 effect each): there only the second line below applies.
@@ -239,12 +257,16 @@ def explain_departures(model, ids, got, strict):
                      + [c for c in cands if _event_pos(c[1]) < p0][:MAX_BEFORE])
             base = set(model.forced)
             found = None
+            t0 = time.time()
+            if _explain_spent[0] > EXPLAIN_BUDGET_S:
+                cands = []   # budget spent: report the departure unexplained
             for f, k in cands:
                 model.forced = base | {k}
                 r2 = model.forward(ids[:p0 + 1])   # causal: the prefix decides
                 if np.abs(got[:p0 + 1] - r2).max() <= strict:
                     found = (k, f, p0)
                     break
+            _explain_spent[0] += time.time() - t0
             if found is None:
                 model.forced = base
                 if os.environ.get("ORACLE_DEBUG"):
@@ -419,8 +441,8 @@ def test_f16kv(models, rng, tmp):
         me, mp = metrics(got, emu), metrics(got, plain)
         row(case, "emul-kv", me)
         row(case, "plain", mp)
-        check(case + " vs kv-f16 reference", me["max"] <= TOL_F16KV_ABS, "max %.3g > %g" % (me["max"], TOL_F16KV_ABS))
-        check(case + " vs plain", mp["max"] <= TOL_F16KV_ABS, "max %.3g > %g" % (mp["max"], TOL_F16KV_ABS))
+        check(case + " vs kv-f16 reference", me["max"] <= TOL_F16KV_EMU, "max %.3g > %g" % (me["max"], TOL_F16KV_EMU))
+        check(case + " vs plain", mp["max"] <= TOL_F16KV_PLAIN, "max %.3g > %g" % (mp["max"], TOL_F16KV_PLAIN))
         tie_ok, lim = near_tie_ok(mp)
         check(case + " argmax", mp["dis"].size == 0 or tie_ok,
               "top-1 differs at %s (margins %s > %.3g)" % (mp["dis"][:8], mp["dis_margin"][:8], lim))
