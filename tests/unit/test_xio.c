@@ -171,7 +171,15 @@ TEST(test_demand_first_and_promote)
         xio_fault f = { .kind = XIO_FAULT_LATE, .nth = 1, .late_ms = 150 };
         xio_fault_set(v.x, &f);
         CHECK(xio_submit(v.x, 0, 4096, 0, v.buf, XIO_PREFETCH, 100, NULL, NULL) == 0);
-        usleep(30000);   /* let it start */
+        /* Wait until the lane has started it (the fault is counted when its
+         * operation is issued), not a fixed sleep: on a loaded machine 30 ms
+         * was sometimes not enough and the demand then legitimately went first. */
+        for (int t = 0; t < 5000; t++) {
+            xio_stats s0;
+            xio_get_stats(v.x, &s0);
+            if (s0.faults >= 1) break;
+            usleep(1000);
+        }
         int h[4];
         for (int i = 0; i < 4; i++)
             CHECK(xio_submit(v.x, 4096 * (uint64_t)(i + 1), 4096, 0, v.buf + 4096 * (i + 1), XIO_PREFETCH,
