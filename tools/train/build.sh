@@ -2,7 +2,7 @@
 # tools/train/build.sh: rebuild strata-ops-moe from scratch (run from the repository root).
 #
 #   sh tools/train/build.sh prepare        # here (CPU): skeleton, corpus, eval sets, .train_data/config.json
-#   (device) python3 tools/train/train.py .train_data $OUT --seconds 420     # GPU, PyTorch; carry .train_data
+#   (device) python3 tools/train/train.py .train_data $OUT --seconds 170     # GPU, PyTorch; carry .train_data
 #   sh tools/train/build.sh export RUN     # here: RUN = train.py's output dir -> models/strata-ops-moe.gguf
 #
 # Needs: build/strata (make), /usr/bin/python3 with numpy and regex, Debian's bible-kjv.
