@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine.h"
+
 enum { CLI_OK = 0, CLI_ERR = 1, CLI_USAGE = 2 };
 
 int cmd_run(int argc, char **argv);
@@ -48,6 +50,17 @@ int cli_parse_size(const char *s, uint64_t *out);
 /* Fetch the value of a flag at argv[*i] (advancing *i); NULL with a usage
  * message when it is missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+
+/* The expert-streaming flags shared by run, chat, serve and the eval tools
+ * (--arena --evict --io --io-threads --io-depth --read-ahead --read-ahead-from
+ * --no-direct --sidecar --no-sidecar --profile), parsed into the engine's own
+ * options. If argv[*i] is one, consume it (and its value, advancing *i) and
+ * return 1; return 0 if it is not one; -1 after printing a one-line usage
+ * error. */
+int cli_stream_flag(const char *cmd, int argc, char **argv, int *i, engine_opts *o);
+/* Usage error (printed, returns CLI_USAGE) when streaming options were given
+ * without --arena; 0 otherwise. */
+int cli_stream_check(const char *cmd, const engine_opts *o);
 
 /* Read a whole file into a NUL-terminated malloc'd buffer (caller frees).
  * NULL with a message on stderr on failure. */

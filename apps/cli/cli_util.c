@@ -73,6 +73,61 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i)
     return argv[++*i];
 }
 
+int cli_stream_flag(const char *cmd, int argc, char **argv, int *i, engine_opts *o)
+{
+    const char *a = argv[*i], *v;
+    long long n;
+#define IS(s) (!strcmp(a, s))
+#define VALUE() do { if (!(v = cli_value(cmd, argc, argv, i))) return -1; } while (0)
+#define INT(lo, hi, dst) do { VALUE(); if (cli_parse_int(v, lo, hi, &n)) { \
+        cli_fail(cmd, CLI_USAGE, "%s needs a whole number from %lld to %lld, got '%s'", a, \
+                 (long long)(lo), (long long)(hi), v); return -1; } (dst) = (int)n; } while (0)
+#define BAD(...) do { cli_fail(cmd, CLI_USAGE, __VA_ARGS__); return -1; } while (0)
+    if (IS("--arena")) {
+        VALUE();
+        o->stream = 1;
+        if (!strcmp(v, "auto")) o->arena_auto = 1;
+        else if (cli_parse_size(v, &o->arena_bytes))
+            BAD("--arena needs a size (K/M/G suffixes), 0 or auto, got '%s'", v);
+    } else if (IS("--evict")) {
+        VALUE();
+        if (!strcmp(v, "lru")) o->evict = ENGINE_EVICT_LRU;
+        else if (!strcmp(v, "lfu")) o->evict = ENGINE_EVICT_LFU;
+        else BAD("--evict must be lru or lfu, got '%s'", v);
+    } else if (IS("--io")) {
+        VALUE();
+        if (!strcmp(v, "auto")) o->io_mode = ENGINE_IO_AUTO;
+        else if (!strcmp(v, "uring")) o->io_mode = ENGINE_IO_URING;
+        else if (!strcmp(v, "pread")) o->io_mode = ENGINE_IO_PREAD;
+        else BAD("--io must be auto, uring or pread, got '%s'", v);
+    } else if (IS("--io-threads")) INT(1, 256, o->io_threads);
+    else if (IS("--io-depth")) INT(1, 256, o->io_depth);
+    else if (IS("--read-ahead")) INT(0, 65536, o->read_ahead);
+    else if (IS("--read-ahead-from")) {
+        VALUE();
+        if (!strcmp(v, "attn")) o->read_ahead_from = ENGINE_RA_ATTN;
+        else if (!strcmp(v, "input")) o->read_ahead_from = ENGINE_RA_INPUT;
+        else BAD("--read-ahead-from must be attn or input, got '%s'", v);
+    } else if (IS("--no-direct")) o->no_direct = 1;
+    else if (IS("--no-sidecar")) o->no_sidecar = 1;
+    else if (IS("--sidecar")) { VALUE(); o->sidecar_path = v; }
+    else if (IS("--profile")) { VALUE(); o->profile_path = v; }
+    else return 0;
+    return 1;
+#undef IS
+#undef VALUE
+#undef INT
+#undef BAD
+}
+
+int cli_stream_check(const char *cmd, const engine_opts *o)
+{
+    if (!o->stream && (o->evict || o->io_mode || o->io_threads || o->io_depth || o->read_ahead ||
+                       o->read_ahead_from || o->no_direct || o->no_sidecar || o->sidecar_path || o->profile_path))
+        return cli_fail(cmd, CLI_USAGE, "the expert streaming options need --arena SIZE|auto|0");
+    return 0;
+}
+
 char *cli_read_file(const char *cmd, const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

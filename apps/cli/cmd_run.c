@@ -53,10 +53,8 @@ typedef struct gen_opts {
     const char  *chat_template; /* chat only */
     const char  *system_prompt; /* chat only */
     /* expert streaming */
-    int          stream, arena_auto, evict, io_mode, io_threads, io_depth, read_ahead, ra_from;
-    int          no_direct, no_sidecar;
-    uint64_t     arena_bytes;
-    const char  *arena_arg, *sidecar, *profile;
+    engine_opts  st;            /* the expert-streaming flags (cli_stream_flag) */
+    const char  *arena_arg;     /* --arena as given, for the report */
     int          trace;
     const char  *report_json;
 } gen_opts;
@@ -141,6 +139,7 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
     o->escape = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int r;
         const char *v = NULL;
         long long n;
         double d;
@@ -180,40 +179,10 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
         else if (!chat && IS("--no-escape")) o->escape = 0;
         else if (IS("-ctk") || IS("--cache-type-k")) { VALUE(); if (parse_kv_type(cmd, a, v, &o->kv_k)) return CLI_USAGE; }
         else if (IS("-ctv") || IS("--cache-type-v")) { VALUE(); if (parse_kv_type(cmd, a, v, &o->kv_v)) return CLI_USAGE; }
-        else if (IS("--arena")) {
-            VALUE();
-            o->stream = 1;
-            o->arena_arg = v;
-            if (!strcmp(v, "auto")) o->arena_auto = 1;
-            else if (cli_parse_size(v, &o->arena_bytes))
-                return cli_fail(cmd, CLI_USAGE, "--arena needs a size (K/M/G suffixes), 0 or auto, got '%s'", v);
+        else if ((r = cli_stream_flag(cmd, argc, argv, &i, &o->st)) != 0) {
+            if (r < 0) return CLI_USAGE;
+            if (!strcmp(a, "--arena")) o->arena_arg = argv[i];
         }
-        else if (IS("--evict")) {
-            VALUE();
-            if (!strcmp(v, "lru")) o->evict = ENGINE_EVICT_LRU;
-            else if (!strcmp(v, "lfu")) o->evict = ENGINE_EVICT_LFU;
-            else return cli_fail(cmd, CLI_USAGE, "--evict must be lru or lfu, got '%s'", v);
-        }
-        else if (IS("--io")) {
-            VALUE();
-            if (!strcmp(v, "auto")) o->io_mode = ENGINE_IO_AUTO;
-            else if (!strcmp(v, "uring")) o->io_mode = ENGINE_IO_URING;
-            else if (!strcmp(v, "pread")) o->io_mode = ENGINE_IO_PREAD;
-            else return cli_fail(cmd, CLI_USAGE, "--io must be auto, uring or pread, got '%s'", v);
-        }
-        else if (IS("--io-threads")) INT(1, 256, o->io_threads);
-        else if (IS("--io-depth")) INT(1, 256, o->io_depth);
-        else if (IS("--read-ahead")) INT(0, 65536, o->read_ahead);
-        else if (IS("--read-ahead-from")) {
-            VALUE();
-            if (!strcmp(v, "attn")) o->ra_from = ENGINE_RA_ATTN;
-            else if (!strcmp(v, "input")) o->ra_from = ENGINE_RA_INPUT;
-            else return cli_fail(cmd, CLI_USAGE, "--read-ahead-from must be attn or input, got '%s'", v);
-        }
-        else if (IS("--no-direct")) o->no_direct = 1;
-        else if (IS("--no-sidecar")) o->no_sidecar = 1;
-        else if (IS("--sidecar")) { VALUE(); o->sidecar = v; }
-        else if (IS("--profile")) { VALUE(); o->profile = v; }
         else if (IS("--trace")) o->trace = 1;
         else if (IS("--report-json")) { VALUE(); o->report_json = v; }
         else if (chat && IS("--chat-template")) { VALUE(); o->chat_template = v; }
@@ -227,9 +196,7 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
     if (!o->model) return cli_fail(cmd, CLI_USAGE, "no model given (-m MODEL)");
     if (!chat && !o->prompt && !o->prompt_file) return cli_fail(cmd, CLI_USAGE, "no prompt given (-p TEXT or -f FILE)");
     if (!chat && o->prompt && o->prompt_file) return cli_fail(cmd, CLI_USAGE, "give -p or -f, not both");
-    if (!o->stream && (o->evict || o->io_mode || o->io_threads || o->io_depth || o->read_ahead || o->ra_from ||
-                       o->no_direct || o->no_sidecar || o->sidecar || o->profile))
-        return cli_fail(cmd, CLI_USAGE, "the expert streaming options need --arena SIZE|auto|0");
+    if (cli_stream_check(cmd, &o->st)) return CLI_USAGE;
     const char *env_trace = getenv("STRATA_TRACE");
     if (env_trace && *env_trace && strcmp(env_trace, "0") != 0) o->trace = 1;
     return 0;
@@ -387,7 +354,7 @@ static int write_report(const char *cmd, const char *path, int argc, char **argv
     fprintf(f, ",\n  \"config\": {\"threads\": %d, \"ctx\": %d, \"batch\": %d, \"streaming\": %s, \"arena\": ",
             engine_n_threads(eng), engine_n_ctx(eng), engine_n_batch(eng), m.streaming ? "true" : "false");
     json_str(f, o->arena_arg ? o->arena_arg : "resident");
-    fprintf(f, ", \"read_ahead_from\": \"%s\"},\n", o->ra_from == ENGINE_RA_INPUT ? "input" : "attn");
+    fprintf(f, ", \"read_ahead_from\": \"%s\"},\n", o->st.read_ahead_from == ENGINE_RA_INPUT ? "input" : "attn");
     fprintf(f, "  \"timings\": {\"load_ms\": %.3f, \"prompt_tokens\": %zu, \"prompt_ms\": %.3f, \"prompt_tok_s\": %.4f, "
             "\"generated_tokens\": %d, \"gen_ms\": %.3f, \"gen_tok_s\": %.4f},\n", engine_load_ms(eng),
             tm->prompt_tokens, tm->prompt_ms, tm->prompt_ms > 0 ? 1e3 * (double)tm->prompt_tokens / tm->prompt_ms : 0.0,
@@ -420,14 +387,15 @@ int gen_main(const char *cmd, int argc, char **argv)
 
     err e;
     err_clear(&e);
-    engine_opts eo = {
-        .model_path = o.model, .n_threads = o.n_threads, .n_ctx = o.n_ctx, .n_batch = o.n_batch,
-        .kv_type_k = o.kv_k, .kv_type_v = o.kv_v, .verbose = 1, .log = stderr,
-        .stream = o.stream, .arena_bytes = o.arena_bytes, .arena_auto = o.arena_auto, .evict = o.evict,
-        .io_mode = o.io_mode, .io_threads = o.io_threads, .io_depth = o.io_depth, .read_ahead = o.read_ahead,
-        .read_ahead_from = o.ra_from, .no_direct = o.no_direct, .no_sidecar = o.no_sidecar,
-        .sidecar_path = o.sidecar, .profile_path = o.profile,
-    };
+    engine_opts eo = o.st;   /* the streaming options, then the rest */
+    eo.model_path = o.model;
+    eo.n_threads = o.n_threads;
+    eo.n_ctx = o.n_ctx;
+    eo.n_batch = o.n_batch;
+    eo.kv_type_k = o.kv_k;
+    eo.kv_type_v = o.kv_v;
+    eo.verbose = 1;
+    eo.log = stderr;
     gen_timing tm = { 0 };
     engine *eng = NULL;
     session *s = NULL;

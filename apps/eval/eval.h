@@ -59,42 +59,7 @@ static inline int eval_engine_flag(const char *cmd, int argc, char **argv, int *
         if (t < 0) { cli_fail(cmd, CLI_USAGE, "%s must be f16 or f32, got '%s'", a, v); return -1; }
         if (a[3] == 'k' || !strcmp(a, "--cache-type-k")) o->kv_type_k = t; else o->kv_type_v = t;
     }
-    else if (EV_IS("--arena")) {
-        EV_VALUE();
-        o->stream = 1;
-        if (!strcmp(v, "auto")) o->arena_auto = 1;
-        else if (cli_parse_size(v, &o->arena_bytes)) {
-            cli_fail(cmd, CLI_USAGE, "--arena needs a size (K/M/G suffixes), 0 or auto, got '%s'", v);
-            return -1;
-        }
-    }
-    else if (EV_IS("--evict")) {
-        EV_VALUE();
-        if (!strcmp(v, "lru")) o->evict = ENGINE_EVICT_LRU;
-        else if (!strcmp(v, "lfu")) o->evict = ENGINE_EVICT_LFU;
-        else { cli_fail(cmd, CLI_USAGE, "--evict must be lru or lfu, got '%s'", v); return -1; }
-    }
-    else if (EV_IS("--io")) {
-        EV_VALUE();
-        if (!strcmp(v, "auto")) o->io_mode = ENGINE_IO_AUTO;
-        else if (!strcmp(v, "uring")) o->io_mode = ENGINE_IO_URING;
-        else if (!strcmp(v, "pread")) o->io_mode = ENGINE_IO_PREAD;
-        else { cli_fail(cmd, CLI_USAGE, "--io must be auto, uring or pread, got '%s'", v); return -1; }
-    }
-    else if (EV_IS("--io-threads")) EV_INT(1, 256, o->io_threads);
-    else if (EV_IS("--io-depth")) EV_INT(1, 4096, o->io_depth);
-    else if (EV_IS("--read-ahead")) EV_INT(0, 1 << 16, o->read_ahead);
-    else if (EV_IS("--read-ahead-from")) {
-        EV_VALUE();
-        if (!strcmp(v, "attn")) o->read_ahead_from = ENGINE_RA_ATTN;
-        else if (!strcmp(v, "input")) o->read_ahead_from = ENGINE_RA_INPUT;
-        else { cli_fail(cmd, CLI_USAGE, "--read-ahead-from must be attn or input, got '%s'", v); return -1; }
-    }
-    else if (EV_IS("--no-direct")) o->no_direct = 1;
-    else if (EV_IS("--no-sidecar")) o->no_sidecar = 1;
-    else if (EV_IS("--sidecar")) { EV_VALUE(); o->sidecar_path = v; }
-    else if (EV_IS("--profile")) { EV_VALUE(); o->profile_path = v; }
-    else return 0;
+    else return cli_stream_flag(cmd, argc, argv, i, o);
     return 1;
 #undef EV_IS
 #undef EV_VALUE

@@ -56,9 +56,7 @@ typedef struct srv_opts {
     int debug_delay_ms;
     int port, n_ctx, n_batch, n_threads, n_predict, queue, timeout_s, idle_s, kv_k, kv_v;
     uint64_t max_body;
-    int stream, arena_auto, evict, io_mode, io_threads, io_depth, read_ahead, ra_from, no_direct, no_sidecar;
-    uint64_t arena_bytes;
-    const char *sidecar, *profile;
+    engine_opts st;            /* the expert-streaming flags (cli_stream_flag) */
 } srv_opts;
 
 /* ==== jobs ==== */
@@ -795,6 +793,7 @@ static int parse_args(int argc, char **argv, srv_opts *o)
     o->max_body = 8u << 20;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int r;
         const char *v = NULL;
         long long n;
 #define IS(s) (!strcmp(a, s))
@@ -832,48 +831,16 @@ static int parse_args(int argc, char **argv, srv_opts *o)
             if (t < 0) return cli_fail(cmd, CLI_USAGE, "%s must be f16 or f32, got '%s'", a, v);
             if (IS("-ctk") || IS("--cache-type-k")) o->kv_k = t; else o->kv_v = t;
         }
-        else if (IS("--arena")) {
-            VALUE();
-            o->stream = 1;
-            if (!strcmp(v, "auto")) o->arena_auto = 1;
-            else if (cli_parse_size(v, &o->arena_bytes))
-                return cli_fail(cmd, CLI_USAGE, "--arena needs a size (K/M/G suffixes), 0 or auto, got '%s'", v);
+        else if ((r = cli_stream_flag(cmd, argc, argv, &i, &o->st)) != 0) {
+            if (r < 0) return CLI_USAGE;
         }
-        else if (IS("--evict")) {
-            VALUE();
-            if (!strcmp(v, "lru")) o->evict = ENGINE_EVICT_LRU;
-            else if (!strcmp(v, "lfu")) o->evict = ENGINE_EVICT_LFU;
-            else return cli_fail(cmd, CLI_USAGE, "--evict must be lru or lfu, got '%s'", v);
-        }
-        else if (IS("--io")) {
-            VALUE();
-            if (!strcmp(v, "auto")) o->io_mode = ENGINE_IO_AUTO;
-            else if (!strcmp(v, "uring")) o->io_mode = ENGINE_IO_URING;
-            else if (!strcmp(v, "pread")) o->io_mode = ENGINE_IO_PREAD;
-            else return cli_fail(cmd, CLI_USAGE, "--io must be auto, uring or pread, got '%s'", v);
-        }
-        else if (IS("--io-threads")) INT(1, 256, o->io_threads);
-        else if (IS("--io-depth")) INT(1, 256, o->io_depth);
-        else if (IS("--read-ahead")) INT(0, 65536, o->read_ahead);
-        else if (IS("--read-ahead-from")) {
-            VALUE();
-            if (!strcmp(v, "attn")) o->ra_from = ENGINE_RA_ATTN;
-            else if (!strcmp(v, "input")) o->ra_from = ENGINE_RA_INPUT;
-            else return cli_fail(cmd, CLI_USAGE, "--read-ahead-from must be attn or input, got '%s'", v);
-        }
-        else if (IS("--no-direct")) o->no_direct = 1;
-        else if (IS("--no-sidecar")) o->no_sidecar = 1;
-        else if (IS("--sidecar")) { VALUE(); o->sidecar = v; }
-        else if (IS("--profile")) { VALUE(); o->profile = v; }
         else return cli_fail(cmd, CLI_USAGE, "unknown option '%s' (see strata serve --help)", a);
 #undef IS
 #undef VALUE
 #undef INT
     }
     if (!o->model) return cli_fail(cmd, CLI_USAGE, "no model given (-m MODEL)");
-    if (!o->stream && (o->evict || o->io_mode || o->io_threads || o->io_depth || o->read_ahead || o->ra_from ||
-                       o->no_direct || o->no_sidecar || o->sidecar || o->profile))
-        return cli_fail(cmd, CLI_USAGE, "the expert streaming options need --arena SIZE|auto|0");
+    if (cli_stream_check(cmd, &o->st)) return CLI_USAGE;
     return 0;
 }
 
@@ -926,14 +893,15 @@ int cmd_serve(int argc, char **argv)
 
     err e;
     err_clear(&e);
-    engine_opts eo = {
-        .model_path = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_batch = o->n_batch,
-        .kv_type_k = o->kv_k, .kv_type_v = o->kv_v, .verbose = 1, .log = stderr,
-        .stream = o->stream, .arena_bytes = o->arena_bytes, .arena_auto = o->arena_auto, .evict = o->evict,
-        .io_mode = o->io_mode, .io_threads = o->io_threads, .io_depth = o->io_depth, .read_ahead = o->read_ahead,
-        .read_ahead_from = o->ra_from, .no_direct = o->no_direct, .no_sidecar = o->no_sidecar,
-        .sidecar_path = o->sidecar, .profile_path = o->profile,
-    };
+    engine_opts eo = o->st;   /* the streaming options, then the rest */
+    eo.model_path = o->model;
+    eo.n_threads = o->n_threads;
+    eo.n_ctx = o->n_ctx;
+    eo.n_batch = o->n_batch;
+    eo.kv_type_k = o->kv_k;
+    eo.kv_type_v = o->kv_v;
+    eo.verbose = 1;
+    eo.log = stderr;
     pthread_t worker;
     int worker_started = 0;
     rc = CLI_ERR;
