@@ -42,39 +42,18 @@
 #include "cli.h"
 #include "engine.h"
 #include "toolcall.h"
+#include "strbuf.h"
 #include "util/err.h"
 
 #define CMD "taskeval"
 
 /* ==== Strings ==== */
 
-typedef struct sbuf {
-    char  *p;
-    size_t n, cap;
-    int    oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *q = realloc(b->p, nc);
-        if (!q) { b->oom = 1; return; }
-        b->p = q;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-static void sb_json(sbuf *b, const cJSON *v)
+static void sb_json(strbuf *b, const cJSON *v)
 {
     char *s = toolcall_tojson(v);
     if (!s) { b->oom = 1; return; }
-    sb_str(b, s);
+    strbuf_str(b, s);
     free(s);
 }
 
@@ -83,9 +62,9 @@ static void sb_json(sbuf *b, const cJSON *v)
  * writes arbitrary bytes. NULL when out of memory. */
 static char *utf8_clean(const char *s)
 {
-    sbuf b = { 0 };
+    strbuf b = { 0 };
     const unsigned char *p = (const unsigned char *)s;
-    sb_str(&b, "");
+    strbuf_str(&b, "");
     while (*p) {
         int n = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3 : (*p & 0xF8) == 0xF0 ? 4 : 0;
         int ok = n > 0;
@@ -100,8 +79,8 @@ static char *utf8_clean(const char *s)
                           (p[3] & 0x3F);
             ok = cp >= 0x10000 && cp <= 0x10FFFF;
         }
-        if (ok) { sb_add(&b, (const char *)p, (size_t)n); p += n; }
-        else { sb_str(&b, "\xEF\xBF\xBD"); p++; }
+        if (ok) { strbuf_add(&b, (const char *)p, (size_t)n); p += n; }
+        else { strbuf_str(&b, "\xEF\xBF\xBD"); p++; }
     }
     if (b.oom) { free(b.p); return NULL; }
     return b.p;
@@ -436,43 +415,43 @@ enum { TOOLS_STRATA = 0, TOOLS_QWEN = 1 };
 static const char k_qwen_marker[] = "You are provided with function signatures within <tools></tools> XML tags";
 
 /* The system message's tool block, as the two templates write it. */
-static void render_tools(sbuf *b, const cJSON *tools, int style)
+static void render_tools(strbuf *b, const cJSON *tools, int style)
 {
     if (style == TOOLS_QWEN)
-        sb_str(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        strbuf_str(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                   "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
     else
-        sb_str(b, "Available tools (JSON schemas), one per line:\n<tools>");
+        strbuf_str(b, "Available tools (JSON schemas), one per line:\n<tools>");
     for (const cJSON *t = tools->child; t; t = t->next) {
-        sb_str(b, "\n");
+        strbuf_str(b, "\n");
         sb_json(b, t);
     }
     if (style == TOOLS_QWEN)
-        sb_str(b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+        strbuf_str(b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
                   "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
                   "<args-json-object>}\n</tool_call>");
     else
-        sb_str(b, "\n</tools>\nTo call a tool, answer with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.");
+        strbuf_str(b, "\n</tools>\nTo call a tool, answer with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.");
 }
 
 /* An assistant message's earlier calls, appended to its content (b holds
  * the content so far). Qwen's template puts no newline before the first
  * call of an empty message; strata's always does. */
-static void render_calls(sbuf *b, const cJSON *calls, int style)
+static void render_calls(strbuf *b, const cJSON *calls, int style)
 {
     for (const cJSON *c = calls ? calls->child : NULL; c; c = c->next) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
         if (!f) f = c;
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
-        if (style != TOOLS_QWEN || c != calls->child || b->n) sb_str(b, "\n");
-        sb_str(b, "<tool_call>\n{\"name\": \"");
-        sb_str(b, cJSON_IsString(name) ? name->valuestring : "");
-        sb_str(b, "\", \"arguments\": ");
-        if (cJSON_IsString(args)) sb_str(b, args->valuestring);
+        if (style != TOOLS_QWEN || c != calls->child || b->n) strbuf_str(b, "\n");
+        strbuf_str(b, "<tool_call>\n{\"name\": \"");
+        strbuf_str(b, cJSON_IsString(name) ? name->valuestring : "");
+        strbuf_str(b, "\", \"arguments\": ");
+        if (cJSON_IsString(args)) strbuf_str(b, args->valuestring);
         else if (args) sb_json(b, args);
-        else sb_str(b, "{}");
-        sb_str(b, "}\n</tool_call>");
+        else strbuf_str(b, "{}");
+        strbuf_str(b, "}\n</tool_call>");
     }
 }
 
@@ -487,7 +466,7 @@ static int build_prompt(const engine *eng, const char *tmpl, int style, const tc
     const int has_sys = !strcmp(cJSON_GetObjectItemCaseSensitive(first, "role")->valuestring, "system");
     const int n = n_msg + (has_tools && !has_sys);
     engine_chat_msg *msgs = calloc((size_t)n, sizeof *msgs);
-    sbuf *texts = calloc((size_t)n, sizeof *texts);
+    strbuf *texts = calloc((size_t)n, sizeof *texts);
     int rc = CLI_ERR, k = 0;
     if (!msgs || !texts) { cli_fail(CMD, CLI_ERR, "out of memory"); goto done; }
     if (has_tools && !has_sys) {
@@ -502,13 +481,13 @@ static int build_prompt(const engine *eng, const char *tmpl, int style, const tc
         msgs[k].role = role;
         if (!strcmp(role, "tool")) {
             msgs[k].role = "user";
-            sb_str(&texts[k], "<tool_response>\n");
-            sb_str(&texts[k], text);
-            sb_str(&texts[k], "\n</tool_response>");
+            strbuf_str(&texts[k], "<tool_response>\n");
+            strbuf_str(&texts[k], text);
+            strbuf_str(&texts[k], "\n</tool_response>");
         } else {
-            sb_str(&texts[k], text);
+            strbuf_str(&texts[k], text);
             if (m == first && has_sys && has_tools) {
-                sb_str(&texts[k], "\n\n");   /* both templates, even after an empty system text */
+                strbuf_str(&texts[k], "\n\n");   /* both templates, even after an empty system text */
                 render_tools(&texts[k], c->tools, style);
             }
             render_calls(&texts[k], cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), style);
@@ -560,7 +539,7 @@ static int generate(engine *eng, session *s, sampler *sm, const char *prompt, in
     size_t len = strlen(prompt), n_ids = 0;
     int32_t *ids = malloc(sizeof(int32_t) * (len + 8));
     float *logits = malloc(sizeof(float) * (size_t)V);
-    sbuf text = { 0 };
+    strbuf text = { 0 };
     int rc = CLI_ERR;
     if (!ids || !logits) { cli_fail(CMD, CLI_ERR, "out of memory"); goto done; }
     if (engine_tokenize(eng, prompt, len, engine_add_bos(eng), 1, ids, len + 8, &n_ids, &e) != 0) {
@@ -579,14 +558,14 @@ static int generate(engine *eng, session *s, sampler *sm, const char *prompt, in
     }
     int n = 0;
     char piece[256];
-    sb_str(&text, "");
+    strbuf_str(&text, "");
     while (n < n_predict) {
         int32_t t = sampler_sample(sm, logits);
         sampler_accept(sm, t);
         if (engine_token_is_eog(eng, t)) break;
         int np = engine_token_piece(eng, t, 0, piece, sizeof piece);
         if (np > (int)sizeof piece) np = (int)sizeof piece;
-        if (np > 0) sb_add(&text, piece, (size_t)np);
+        if (np > 0) strbuf_add(&text, piece, (size_t)np);
         n++;
         if (n >= n_predict || session_n_past(s) + 1 >= n_ctx) break;
         if (session_eval(s, &t, 1, logits, NULL, &e) != 0) { cli_fail(CMD, CLI_ERR, "case %s: %s", id, e.msg); goto done; }

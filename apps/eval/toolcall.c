@@ -4,6 +4,7 @@
  * first, then either the <tool_call> blocks (when the text has the tag) or
  * bare JSON objects are taken out; what remains, trimmed, is the content. */
 #include "toolcall.h"
+#include "strbuf.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -14,58 +15,33 @@
 static const char k_open[] = "<tool_call>";
 static const char k_close[] = "</tool_call>";
 
-/* ==== Growable byte buffer ==== */
-
-typedef struct buf {
-    char  *p;
-    size_t n, cap;
-    int    oom;
-} buf;
-
-static void buf_add(buf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 64;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *q = realloc(b->p, nc);
-        if (!q) { b->oom = 1; return; }
-        b->p = q;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void buf_str(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
 
 /* ==== Python-style JSON serialisation (tojson) ==== */
 
-static void put_string(buf *b, const char *s)
+static void put_string(strbuf *b, const char *s)
 {
-    buf_add(b, "\"", 1);
+    strbuf_add(b, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
         char esc[8];
         switch (*p) {
-        case '"':  buf_add(b, "\\\"", 2); break;
-        case '\\': buf_add(b, "\\\\", 2); break;
-        case '\n': buf_add(b, "\\n", 2); break;
-        case '\r': buf_add(b, "\\r", 2); break;
-        case '\t': buf_add(b, "\\t", 2); break;
-        case '\b': buf_add(b, "\\b", 2); break;
-        case '\f': buf_add(b, "\\f", 2); break;
+        case '"':  strbuf_add(b, "\\\"", 2); break;
+        case '\\': strbuf_add(b, "\\\\", 2); break;
+        case '\n': strbuf_add(b, "\\n", 2); break;
+        case '\r': strbuf_add(b, "\\r", 2); break;
+        case '\t': strbuf_add(b, "\\t", 2); break;
+        case '\b': strbuf_add(b, "\\b", 2); break;
+        case '\f': strbuf_add(b, "\\f", 2); break;
         default:
-            if (*p < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", *p); buf_str(b, esc); }
-            else buf_add(b, (const char *)p, 1);   /* ensure_ascii=False: UTF-8 kept */
+            if (*p < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", *p); strbuf_str(b, esc); }
+            else strbuf_add(b, (const char *)p, 1);   /* ensure_ascii=False: UTF-8 kept */
         }
     }
-    buf_add(b, "\"", 1);
+    strbuf_add(b, "\"", 1);
 }
 
 /* cJSON keeps numbers as doubles, so 1 and 1.0 are the same value: integral
  * values print as integers (what the case files and models write). */
-static void put_number(buf *b, double v)
+static void put_number(strbuf *b, double v)
 {
     char s[40];
     if (!isfinite(v)) snprintf(s, sizeof s, "null");
@@ -74,32 +50,32 @@ static void put_number(buf *b, double v)
         snprintf(s, sizeof s, "%.15g", v);           /* shortest form that reads back */
         if (strtod(s, NULL) != v) snprintf(s, sizeof s, "%.17g", v);
     }
-    buf_str(b, s);
+    strbuf_str(b, s);
 }
 
-static void put_value(buf *b, const cJSON *v)
+static void put_value(strbuf *b, const cJSON *v)
 {
-    if (!v || cJSON_IsNull(v)) { buf_str(b, "null"); return; }
-    if (cJSON_IsFalse(v)) { buf_str(b, "false"); return; }
-    if (cJSON_IsTrue(v)) { buf_str(b, "true"); return; }
+    if (!v || cJSON_IsNull(v)) { strbuf_str(b, "null"); return; }
+    if (cJSON_IsFalse(v)) { strbuf_str(b, "false"); return; }
+    if (cJSON_IsTrue(v)) { strbuf_str(b, "true"); return; }
     if (cJSON_IsNumber(v)) { put_number(b, v->valuedouble); return; }
     if (cJSON_IsString(v)) { put_string(b, v->valuestring); return; }
-    if (cJSON_IsRaw(v)) { buf_str(b, v->valuestring ? v->valuestring : "null"); return; }
+    if (cJSON_IsRaw(v)) { strbuf_str(b, v->valuestring ? v->valuestring : "null"); return; }
     const int obj = cJSON_IsObject(v);
-    buf_add(b, obj ? "{" : "[", 1);
+    strbuf_add(b, obj ? "{" : "[", 1);
     int first = 1;
     for (const cJSON *c = v->child; c; c = c->next) {
-        if (!first) buf_add(b, ", ", 2);
+        if (!first) strbuf_add(b, ", ", 2);
         first = 0;
-        if (obj) { put_string(b, c->string); buf_add(b, ": ", 2); }
+        if (obj) { put_string(b, c->string); strbuf_add(b, ": ", 2); }
         put_value(b, c);
     }
-    buf_add(b, obj ? "}" : "]", 1);
+    strbuf_add(b, obj ? "}" : "]", 1);
 }
 
 char *toolcall_tojson(const cJSON *v)
 {
-    buf b = { 0 };
+    strbuf b = { 0 };
     put_value(&b, v);
     if (b.oom) { free(b.p); return NULL; }
     return b.p;
@@ -229,10 +205,10 @@ static void cut_think(char *s)
 }
 
 /* Trim s[0..n) into a new string appended to content. */
-static void add_content(buf *content, const char *s, size_t n)
+static void add_content(strbuf *content, const char *s, size_t n)
 {
-    if (content->n && n) buf_add(content, "\n", 1);
-    buf_add(content, s, n);
+    if (content->n && n) strbuf_add(content, "\n", 1);
+    strbuf_add(content, s, n);
 }
 
 static char *trimmed_dup(const char *s, size_t n)
@@ -246,7 +222,7 @@ static char *trimmed_dup(const char *s, size_t n)
     return r;
 }
 
-static int parse_tagged(toolcall_list *l, const char *s, buf *content)
+static int parse_tagged(toolcall_list *l, const char *s, strbuf *content)
 {
     int k = 0;
     const char *p = s;
@@ -303,7 +279,7 @@ static void cut_fences(char *s)
  * "name" and "arguments"/"parameters") or a list of calls is taken out.
  * Text that begins (after an optional ```json fence) with '{' but does not
  * parse is a malformed call, and the rest of the text goes with it. */
-static int parse_bare(toolcall_list *l, const char *s, buf *content)
+static int parse_bare(toolcall_list *l, const char *s, strbuf *content)
 {
     const char *t = s;
     while (is_space(*t)) t++;
@@ -352,7 +328,7 @@ int toolcall_parse(const char *text, size_t len, toolcall_list *out)
     memcpy(s, text, len);
     s[len] = '\0';          /* an embedded NUL ends the text */
     cut_think(s);
-    buf content = { 0 };
+    strbuf content = { 0 };
     int rc;
     if (strstr(s, k_open)) {
         out->format = TOOLCALL_TAGGED;

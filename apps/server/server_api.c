@@ -14,26 +14,8 @@
 
 #include "server.h"
 #include "toolcall.h"
+#include "strbuf.h"
 
-/* ==== small string builder ==== */
-typedef struct sb { char *p; size_t n, cap; int oom; } sb;
-
-static void sb_addn(sb *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 128;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *p = realloc(b->p, nc);
-        if (!p) { b->oom = 1; return; }
-        b->p = p;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-static void sb_add(sb *b, const char *s) { sb_addn(b, s, strlen(s)); }
 
 static char *xstrndup(const char *s, size_t n)
 {
@@ -59,8 +41,8 @@ static char *content_text(const cJSON *c, char *msg, size_t cap)
     if (!c || cJSON_IsNull(c)) return xstrndup("", 0);
     if (cJSON_IsString(c)) return xstrndup(c->valuestring, strlen(c->valuestring));
     if (cJSON_IsArray(c)) {
-        sb b = { 0 };
-        sb_add(&b, "");
+        strbuf b = { 0 };
+        strbuf_str(&b, "");
         const cJSON *part;
         cJSON_ArrayForEach(part, c) {
             const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
@@ -70,7 +52,7 @@ static char *content_text(const cJSON *c, char *msg, size_t cap)
                 fail(msg, cap, "%s", "'content' parts must be {\"type\": \"text\", \"text\": string} (only text is supported)");
                 return NULL;
             }
-            sb_add(&b, tx->valuestring);
+            strbuf_str(&b, tx->valuestring);
         }
         if (b.oom) { free(b.p); fail(msg, cap, "%s", "out of memory"); return NULL; }
         return b.p;
@@ -91,8 +73,8 @@ static int add_msg(srv_req *r, const char *role, char *content)
 /* The "# Tools" system block, as Qwen3's template writes it. */
 static char *tools_block(const cJSON *tools, char *msg, size_t cap)
 {
-    sb b = { 0 };
-    sb_add(&b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    strbuf b = { 0 };
+    strbuf_str(&b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
@@ -106,11 +88,11 @@ static char *tools_block(const cJSON *tools, char *msg, size_t cap)
         }
         char *j = toolcall_tojson(t);
         if (!j) { b.oom = 1; break; }
-        sb_add(&b, "\n");
-        sb_add(&b, j);
+        strbuf_str(&b, "\n");
+        strbuf_str(&b, j);
         free(j);
     }
-    sb_add(&b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    strbuf_str(&b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
                "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
                "<args-json-object>}\n</tool_call>");
     if (b.oom) { free(b.p); fail(msg, cap, "%s", "out of memory"); return NULL; }
@@ -118,7 +100,7 @@ static char *tools_block(const cJSON *tools, char *msg, size_t cap)
 }
 
 /* An assistant message's tool_calls appended as <tool_call> blocks. */
-static int append_tool_calls(sb *b, const cJSON *calls, char *msg, size_t cap)
+static int append_tool_calls(strbuf *b, const cJSON *calls, char *msg, size_t cap)
 {
     const cJSON *c;
     cJSON_ArrayForEach(c, calls) {
@@ -133,12 +115,12 @@ static int append_tool_calls(sb *b, const cJSON *calls, char *msg, size_t cap)
         char *aj = a ? toolcall_tojson(a) : NULL;
         cJSON *nmj = cJSON_CreateString(nm->valuestring);
         char *nms = nmj ? toolcall_tojson(nmj) : NULL;
-        if (b->n) sb_add(b, "\n");
-        sb_add(b, "<tool_call>\n{\"name\": ");
-        sb_add(b, nms ? nms : "\"\"");
-        sb_add(b, ", \"arguments\": ");
-        sb_add(b, aj ? aj : (cJSON_IsString(args) ? args->valuestring : "{}"));
-        sb_add(b, "}\n</tool_call>");
+        if (b->n) strbuf_str(b, "\n");
+        strbuf_str(b, "<tool_call>\n{\"name\": ");
+        strbuf_str(b, nms ? nms : "\"\"");
+        strbuf_str(b, ", \"arguments\": ");
+        strbuf_str(b, aj ? aj : (cJSON_IsString(args) ? args->valuestring : "{}"));
+        strbuf_str(b, "}\n</tool_call>");
         free(aj);
         free(nms);
         cJSON_Delete(nmj);
@@ -167,25 +149,25 @@ static int parse_messages(srv_req *r, const cJSON *msgs, const cJSON *tools, int
         else { free(tb); return fail(msg, cap, "unknown message role '%s'", rs); }
         char *text = content_text(cJSON_GetObjectItemCaseSensitive(m, "content"), msg, cap);
         if (!text) { free(tb); return 400; }
-        sb b = { 0 };
+        strbuf b = { 0 };
         if (tb && first && !strcmp(lit, "system")) {
-            sb_add(&b, text);
-            sb_add(&b, "\n\n");
-            sb_add(&b, tb);
+            strbuf_str(&b, text);
+            strbuf_str(&b, "\n\n");
+            strbuf_str(&b, tb);
             free(text);
             free(tb);
             tb = NULL;
         } else if (!strcmp(lit, "tool")) {
-            sb_add(&b, "<tool_response>\n");
-            sb_add(&b, text);
-            sb_add(&b, "\n</tool_response>");
+            strbuf_str(&b, "<tool_response>\n");
+            strbuf_str(&b, text);
+            strbuf_str(&b, "\n</tool_response>");
             free(text);
             lit = "user";
         } else if (!strcmp(lit, "assistant") && cJSON_GetObjectItemCaseSensitive(m, "tool_calls") &&
                    !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"))) {
             const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
             if (!cJSON_IsArray(tc)) { free(text); free(tb); return fail(msg, cap, "%s", "'tool_calls' must be an array"); }
-            sb_add(&b, text);
+            strbuf_str(&b, text);
             free(text);
             if (append_tool_calls(&b, tc, msg, cap)) { free(b.p); free(tb); return 400; }
         } else {
