@@ -127,7 +127,8 @@ bench: $(BENCH_BIN) $(BIN)
 # Front ends (apps/, bench/) may include only the public headers. Headers
 # named without a folder ("cli.h") are the front ends' own.
 PUBLIC_HEADERS := engine.h util/err.h gguf/gguf.h tokenizer/tokenizer.h model/inspect.h \
-                  quant/quantize_model.h mkmodel/mkmodel.h quant/qtype.h expert/sidecar.h expert/profile.h
+                  quant/quantize_model.h mkmodel/mkmodel.h quant/qtype.h quant/quant.h util/cpu.h \
+                  expert/sidecar.h expert/profile.h
 check-includes:
 	@bad=$$(grep -rhoE '#include "[^"]+"' apps bench 2>/dev/null | sed 's/#include "//;s/"//' | sort -u | \
 	  grep -vxF $(foreach h,$(PUBLIC_HEADERS),-e $(h)) | grep '/' || true); \

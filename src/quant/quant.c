@@ -19,6 +19,7 @@ typedef struct kernel_row {
     quant_quant_fn   quant, quant_avx2;
     quant_dot_fn     dot, dot_avx2;
     quant_quant_fn   act, act_avx2;   /* NULL: same as quant / quant_avx2 */
+    quant_gemm_fn    gemm_avx2;       /* NULL: quant_gemm() loops dot */
 } kernel_row;
 
 #define REF(t) quant_ref_dequant_##t, NULL, quant_ref_quant_##t, NULL, quant_ref_dot_##t
@@ -45,6 +46,24 @@ static const kernel_row k_kernels[QTYPE_MAX_ID] = {
                      quant_ref_dot_q8_K, quant_avx2_dot_q8_K, NULL, NULL },
 };
 #undef REF
+
+/* The blocked AVX2 kernels (quant_gemm_avx2.c, quant_gemm_k_avx2.c), by type;
+ * kept apart from k_kernels so each file's owner adds one line here. */
+static const quant_gemm_fn k_gemm_avx2[QTYPE_MAX_ID] = {
+    [QTYPE_F32]  = QUANT_GEMM_AVX2_F32,
+    [QTYPE_F16]  = QUANT_GEMM_AVX2_F16,
+    [QTYPE_BF16] = QUANT_GEMM_AVX2_BF16,
+    [QTYPE_Q4_0] = QUANT_GEMM_AVX2_Q4_0,
+    [QTYPE_Q4_1] = QUANT_GEMM_AVX2_Q4_1,
+    [QTYPE_Q5_0] = QUANT_GEMM_AVX2_Q5_0,
+    [QTYPE_Q5_1] = QUANT_GEMM_AVX2_Q5_1,
+    [QTYPE_Q8_0] = QUANT_GEMM_AVX2_Q8_0,
+    [QTYPE_Q2_K] = QUANT_GEMM_AVX2_Q2_K,
+    [QTYPE_Q3_K] = QUANT_GEMM_AVX2_Q3_K,
+    [QTYPE_Q4_K] = QUANT_GEMM_AVX2_Q4_K,
+    [QTYPE_Q5_K] = QUANT_GEMM_AVX2_Q5_K,
+    [QTYPE_Q6_K] = QUANT_GEMM_AVX2_Q6_K,
+};
 
 static const kernel_row *row_for(int type, err *e)
 {
@@ -78,6 +97,7 @@ int quant_ops_get(int type, cpu_isa isa, quant_ops *out, err *e)
     out->dot = simd && k->dot_avx2 ? k->dot_avx2 : k->dot;
     if (k->act) out->act_quant = simd && k->act_avx2 ? k->act_avx2 : k->act;
     else out->act_quant = out->quant;
+    out->gemm = simd ? k_gemm_avx2[type] : NULL;
     return 0;
 }
 

@@ -32,6 +32,7 @@
 #ifndef STRATA_QUANT_H
 #define STRATA_QUANT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "quant/qtype.h"
 #include "util/cpu.h"
@@ -40,6 +41,18 @@ typedef void  (*quant_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void  (*quant_quant_fn)(const float *src, void *dst, int64_t n);
 /* Dot of n elements: w in the weight format, a in the dot_type format. */
 typedef float (*quant_dot_fn)(int64_t n, const void *w, const void *a);
+/* A block of dots (the matmul kernel): for r in [0, nw), c in [0, na)
+ *   y[c * ldy + r] = dot(n, w + r * wstride, a + c * astride)
+ * i.e. nw weight rows (wstride bytes apart) against na activation rows in
+ * the dot type (astride bytes apart), output row c holding the nw results
+ * of activation row c. Every output is BIT-IDENTICAL to the same quant_ops'
+ * dot() on that pair: a gemm kernel only reorders which pairs run when
+ * (register blocking: unpack a weight block once, use it for several
+ * activation rows; cache blocking: keep a group of weight rows in L1/L2
+ * while every activation row passes), never the arithmetic inside a pair.
+ * nw >= 1, na >= 1, any sizes; y must not alias w or a. No allocation. */
+typedef void (*quant_gemm_fn)(int64_t n, const void *w, size_t wstride, int nw,
+                              const void *a, size_t astride, int na, float *y, size_t ldy);
 
 typedef struct quant_ops {
     qtype            type;
@@ -52,7 +65,24 @@ typedef struct quant_ops {
                                    activations (its from_float); == quant except
                                    for Q8_0 / Q8_1 (see above) */
     quant_dot_fn     dot;       /* row of `type` . row of `dot_type` */
+    quant_gemm_fn    gemm;      /* blocks of dots (see quant_gemm_fn); NULL when
+                                   the ISA has no blocked kernel for the type:
+                                   call quant_gemm(), which then loops dot() */
 } quant_ops;
+
+/* y[c * ldy + r] = ops->dot(n, w + r * wstride, a + c * astride) for
+ * r < nw, c < na: ops->gemm when there is one, else the plain loop (the
+ * scalar reference of every gemm kernel). */
+static inline void quant_gemm(const quant_ops *ops, int64_t n, const void *w, size_t wstride, int nw,
+                              const void *a, size_t astride, int na, float *y, size_t ldy)
+{
+    if (ops->gemm) { ops->gemm(n, w, wstride, nw, a, astride, na, y, ldy); return; }
+    for (int r = 0; r < nw; r++) {
+        const void *wr = (const unsigned char *)w + (size_t)r * wstride;
+        for (int c = 0; c < na; c++)
+            y[(size_t)c * ldy + (size_t)r] = ops->dot(n, wr, (const unsigned char *)a + (size_t)c * astride);
+    }
+}
 
 /* Fill *out with the kernels for `type` on `isa` (falls back to scalar for
  * kernels without a SIMD version). ERR_UNSUPPORTED for types without kernels. */

@@ -12,6 +12,7 @@
 #ifndef STRATA_QUANT_IMPL_H
 #define STRATA_QUANT_IMPL_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -194,5 +195,27 @@ float quant_avx2_dot_q4_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q5_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q6_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q8_K(int64_t n, const void *w, const void *a);
+
+/* ==== Blocked AVX2 kernels (quant.h quant_gemm_fn), each bit-identical to
+ * the same type's quant_avx2_dot per (weight row, activation row) pair.
+ * A type whose kernel is not written yet maps to NULL (quant_gemm loops
+ * dot); the file that implements one defines its macro to the function. */
+#define QUANT_GEMM_DECL(t) void quant_avx2_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, \
+                                                    const void *a, size_t astride, int na, float *y, size_t ldy)
+/* quant_gemm_avx2.c: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 */
+#define QUANT_GEMM_AVX2_F32  NULL
+#define QUANT_GEMM_AVX2_F16  NULL
+#define QUANT_GEMM_AVX2_BF16 NULL
+#define QUANT_GEMM_AVX2_Q4_0 NULL
+#define QUANT_GEMM_AVX2_Q4_1 NULL
+#define QUANT_GEMM_AVX2_Q5_0 NULL
+#define QUANT_GEMM_AVX2_Q5_1 NULL
+#define QUANT_GEMM_AVX2_Q8_0 NULL
+/* quant_gemm_k_avx2.c: Q2_K Q3_K Q4_K Q5_K Q6_K */
+#define QUANT_GEMM_AVX2_Q2_K NULL
+#define QUANT_GEMM_AVX2_Q3_K NULL
+#define QUANT_GEMM_AVX2_Q4_K NULL
+#define QUANT_GEMM_AVX2_Q5_K NULL
+#define QUANT_GEMM_AVX2_Q6_K NULL
 
 #endif
