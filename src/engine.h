@@ -138,6 +138,22 @@ uint64_t session_bytes(const session *s);
 int session_eval(session *s, const int32_t *ids, int n, float *logits_out,
                  float *all_logits, err *e);
 
+/* What the forward did in one phase (enum engine_phase) of this session,
+ * summed over its chunks since session_create: the figures a speed report
+ * divides by (weight bytes touched per token, distinct experts per chunk
+ * against the uniform-routing expectation N * (1 - (1 - k/N)^rows)). */
+typedef struct session_stats {
+    uint64_t chunks, rows;          /* forward chunks (decode: tokens), rows */
+    uint64_t moe_layers;            /* (chunk, layer) MoE blocks run */
+    uint64_t expert_slots;          /* routed row-slots (rows x k) */
+    uint64_t expert_lookups;        /* distinct experts per (chunk, layer), summed */
+    double   expert_lookups_uniform;/* the same under uniform routing */
+    uint64_t expert_bytes;          /* weight bytes of those experts (gate+up+down) */
+    uint64_t dense_bytes;           /* other weight bytes read (attention, router,
+                                       norms, embedding rows, head where it ran) */
+} session_stats;
+void session_stats_get(const session *s, int phase, session_stats *out);
+
 /* ==== Memory ==== */
 typedef struct engine_memory {
     int      streaming;

@@ -51,6 +51,8 @@ struct qwen3moe_scratch {
     int32_t *ptop;     /* (n_expert) one row's top-N */
     int32_t *pvotes;   /* (n_expert) rows choosing each expert */
     int32_t *pset;     /* (n_expert) the guess, most voted first */
+    qwen3moe_chunk chunk;     /* where the current chunk sits (set_chunk) */
+    qwen3moe_stats stats[2];  /* per phase */
     int      planning; /* scratch_alloc only counts (qwen3moe_scratch_plan) */
     uint64_t bytes;
 };
@@ -146,6 +148,14 @@ void qwen3moe_scratch_close(qwen3moe_scratch *s)
 }
 
 uint64_t qwen3moe_scratch_bytes(const qwen3moe_scratch *s) { return s ? s->bytes : 0; }
+
+void qwen3moe_scratch_set_chunk(qwen3moe_scratch *s, const qwen3moe_chunk *c) { s->chunk = *c; }
+
+void qwen3moe_scratch_stats(const qwen3moe_scratch *s, int phase, qwen3moe_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (phase == 0 || phase == 1) *out = s->stats[phase];
+}
 
 /* ==== Parallel helpers ==== */
 
@@ -514,6 +524,23 @@ static void read_ahead(const qwen3moe *m, qwen3moe_scratch *s, int L, int n, int
     expert_src_prefetch(m->xs, L, s->pset, cnt);
 }
 
+/* ==== Stats ==== */
+
+static uint64_t wbytes(const wtensor *w) { return w->row_bytes * (uint64_t)w->ne[1]; }
+
+/* One MoE block of nr rows that looked up n_used distinct experts. */
+static void stats_moe(const qwen3moe *m, const layer_weights *lw, qwen3moe_stats *st, int nr, int n_used)
+{
+    const hparams *hp = m->hp;
+    const double N = hp->n_expert, k = hp->n_expert_used;
+    st->moe_layers++;
+    st->expert_slots += (uint64_t)nr * (uint64_t)hp->n_expert_used;
+    st->expert_lookups += (uint64_t)n_used;
+    st->expert_lookups_uniform += N * (1.0 - pow(1.0 - k / N, nr));
+    st->expert_bytes += (uint64_t)n_used * (wbytes(&lw->gate_exps) + wbytes(&lw->up_exps) + wbytes(&lw->down_exps));
+    st->dense_bytes += wbytes(&lw->gate_inp) + sizeof(float) * (uint64_t)hp->n_embd;
+}
+
 /* ==== The forward ==== */
 
 static int moe(const qwen3moe *m, const layer_weights *lw, qwen3moe_scratch *s, int layer, int r0, int n,
@@ -534,6 +561,7 @@ static int moe(const qwen3moe *m, const layer_weights *lw, qwen3moe_scratch *s, 
     route(hp, s, r0, n);
     if (m->on_route) m->on_route(m->on_route_ctx, layer, s->sel + (size_t)r0 * K, nr, K);
     const int n_used = group_by_expert(hp, s, r0, n);
+    stats_moe(m, lw, &s->stats[s->chunk.phase & 1], nr, n_used);
 
     /* gate and up inputs, for every wave; they share one quantization when
      * their dot types agree */
@@ -590,6 +618,16 @@ int qwen3moe_forward(const qwen3moe *m, const kv_cache_view *kv, qwen3moe_scratc
     const float kq_scale = 1.0f / sqrtf((float)D);
     if (n < 1 || n > s->n_batch || pos0 < 0 || pos0 + n > kv->n_ctx || n_out < 0 || n_out > n)
         return err_setf(e, ERR_INTERNAL, "forward: bad chunk (n %d, pos0 %d, n_out %d)", n, pos0, n_out);
+    qwen3moe_stats *st = &s->stats[s->chunk.phase & 1];
+    st->chunks++;
+    st->rows += (uint64_t)n;
+    st->dense_bytes += (uint64_t)n * w->tok_embd.row_bytes;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const layer_weights *lw = &w->layers[l];
+        st->dense_bytes += wbytes(&lw->wq) + wbytes(&lw->wk) + wbytes(&lw->wv) + sizeof(float) * (uint64_t)(E + 2 * D);
+        if (l < hp->n_layer - 1 || n_out > 0) st->dense_bytes += wbytes(&lw->wo);
+    }
+    if (n_out > 0) st->dense_bytes += wbytes(&w->output) + sizeof(float) * (uint64_t)E;
 
     /* token embeddings: dequantized rows of token_embd */
     for (int i = 0; i < n; i++)

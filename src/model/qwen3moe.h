@@ -68,6 +68,28 @@ typedef struct kv_cache_view {
 
 typedef struct qwen3moe_scratch qwen3moe_scratch;
 
+/* Where the next chunk sits in its request, set by the session before each
+ * forward (qwen3moe_scratch_set_chunk): routing policies choose their arm by
+ * it and the stats are kept per phase. */
+typedef struct qwen3moe_chunk {
+    int phase;        /* 0: prompt (a session_eval of several tokens), 1: decode (one token) */
+    int index;        /* chunk number within its session_eval call, 0 = first */
+    int rows_after;   /* rows of that call that come after this chunk */
+} qwen3moe_chunk;
+
+/* What the forward did, summed over the chunks of one phase. */
+typedef struct qwen3moe_stats {
+    uint64_t chunks, rows;        /* forward calls, rows evaluated */
+    uint64_t moe_layers;          /* (chunk, layer) MoE blocks run */
+    uint64_t expert_slots;        /* routed row-slots (rows x k), summed */
+    uint64_t expert_lookups;      /* distinct experts per (chunk, layer), summed */
+    double   expert_lookups_uniform; /* the same if routing were uniform:
+                                      sum of N * (1 - (1 - k/N)^rows) */
+    uint64_t expert_bytes;        /* lookups x that layer's gate+up+down bytes per expert */
+    uint64_t dense_bytes;         /* other weight bytes read: attention, router, norms,
+                                     embedding rows, the head where it ran */
+} qwen3moe_stats;
+
 /* Buffers for chunks of up to n_batch rows with up to n_ctx positions on a
  * pool of n_threads. *out owned by the caller. */
 int  qwen3moe_scratch_open(qwen3moe_scratch **out, const qwen3moe *m, int n_batch, int n_ctx, err *e);
@@ -75,6 +97,10 @@ int  qwen3moe_scratch_open(qwen3moe_scratch **out, const qwen3moe *m, int n_batc
 uint64_t qwen3moe_scratch_plan(const qwen3moe *m, int n_batch, int n_ctx);
 void qwen3moe_scratch_close(qwen3moe_scratch *s);   /* NULL is a no-op */
 uint64_t qwen3moe_scratch_bytes(const qwen3moe_scratch *s);
+/* Set before each forward; the default is {prompt, 0, 0}. */
+void qwen3moe_scratch_set_chunk(qwen3moe_scratch *s, const qwen3moe_chunk *c);
+/* The stats of phase 0 or 1 (zeros for another value). */
+void qwen3moe_scratch_stats(const qwen3moe_scratch *s, int phase, qwen3moe_stats *out);
 
 /* Evaluate tokens ids[0..n) at positions pos0..pos0+n-1 (1 <= n <= n_batch,
  * pos0 + n <= n_ctx, ids already range-checked): writes their K/V into the

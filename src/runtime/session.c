@@ -73,6 +73,20 @@ void session_truncate(session *s, int n_keep)
     if (n_keep < s->n_past) s->n_past = n_keep;
 }
 
+void session_stats_get(const session *s, int phase, session_stats *out)
+{
+    qwen3moe_stats st;
+    qwen3moe_scratch_stats(s->scratch, phase, &st);
+    out->chunks = st.chunks;
+    out->rows = st.rows;
+    out->moe_layers = st.moe_layers;
+    out->expert_slots = st.expert_slots;
+    out->expert_lookups = st.expert_lookups;
+    out->expert_lookups_uniform = st.expert_lookups_uniform;
+    out->expert_bytes = st.expert_bytes;
+    out->dense_bytes = st.dense_bytes;
+}
+
 uint64_t session_bytes(const session *s)
 {
     return s->kv_bytes + qwen3moe_scratch_bytes(s->scratch);
@@ -102,6 +116,8 @@ int session_eval(session *s, const int32_t *ids, int n, float *logits_out, float
         float *dst = NULL;
         if (all_logits) { n_out = nb; dst = all_logits + (size_t)off * V; }
         else if (logits_out && last) { n_out = 1; dst = logits_out; }
+        const qwen3moe_chunk ck = { phase, off / env->n_batch, n - off - nb };
+        qwen3moe_scratch_set_chunk(s->scratch, &ck);
         if (env->store) xstore_chunk_begin(env->store, phase, nb);
         rc = qwen3moe_forward(&env->model, &s->kv, s->scratch, ids + off, nb, pos, n_out, dst, e);
         if (env->store) xstore_chunk_end(env->store);
