@@ -177,7 +177,7 @@ static int open_store(engine *eng, const engine_opts *o, err *e)
         .arena_bytes = o->arena_bytes, .evict = o->evict == ENGINE_EVICT_LFU ? XSTORE_EVICT_LFU : XSTORE_EVICT_LRU,
         .io_mode = o->io_mode == ENGINE_IO_URING ? XIO_URING : o->io_mode == ENGINE_IO_PREAD ? XIO_PREAD : XIO_AUTO,
         .io_threads = o->io_threads, .io_depth = o->io_depth, .n_expert_used = eng->hp.n_expert_used,
-        .read_ahead = o->read_ahead,
+        .read_ahead = o->read_ahead, .n_compute = eng->n_threads,
     };
     if (o->arena_auto) {
         const uint64_t avail = available_memory();
@@ -269,7 +269,7 @@ int engine_open(engine **out, const engine_opts *o, err *e)
 
     int n_ctx = o->n_ctx == 0 ? (eng->hp.n_ctx_train < 4096 ? eng->hp.n_ctx_train : 4096)
               : o->n_ctx == ENGINE_CTX_TRAIN ? eng->hp.n_ctx_train : o->n_ctx;
-    int n_batch = o->n_batch > 0 ? o->n_batch : 512;
+    int n_batch = o->n_batch > 0 ? o->n_batch : 2048;   /* llama.cpp's n_batch */
     if (n_batch > n_ctx) n_batch = n_ctx;
     eng->env = (session_env){
         .model = { &eng->hp, eng->w, NULL, eng->pool, eng->f16_tab, { 0 }, o->stream ? o->read_ahead : 0,

@@ -39,8 +39,9 @@ typedef struct engine_opts {
     int   n_threads;          /* <= 0: all online CPUs */
     int   n_ctx;              /* 0: min(model context length, 4096);
                                  ENGINE_CTX_TRAIN: the model's context length */
-    int   n_batch;            /* rows per forward chunk (llama.cpp's physical batch,
-                                 -ub); <= 0: 512. Clamped to n_ctx. */
+    int   n_batch;            /* rows per forward chunk: the prompt is evaluated in chunks
+                                 of this many rows (llama.cpp's n_batch); <= 0: 2048.
+                                 Clamped to n_ctx. */
     int   kv_type_k, kv_type_v; /* enum engine_kv_type */
     int   verbose;            /* print the load summary to `log` */
     FILE *log;                /* NULL: stderr */

@@ -89,7 +89,7 @@ static void usage(const char *cmd, FILE *out)
                      "  --ignore-eos              never generate end-of-generation tokens\n"
                      "  -e, --escape / --no-escape  process \\n \\t \\xNN... in the prompt (default on)\n");
     fprintf(out, "  -c, --ctx-size N          context size (default 4096 or the model's if smaller; 0: the model's)\n"
-                 "  -b, --batch-size N        prompt chunk, rows per forward pass (default 512)\n"
+                 "  -b, --batch-size N        prompt chunk, rows per forward pass (default 2048)\n"
                  "  -t, --threads N           threads (default: all CPUs)\n"
                  "  -s, --seed N              sampling seed (default: random)\n"
                  "  --temp F                  temperature (default 0.8; 0 = greedy)\n"

@@ -27,7 +27,7 @@ static inline void eval_engine_flags_help(FILE *out)
 {
     fprintf(out,
             "  -t, --threads N           threads (default: all CPUs)\n"
-            "  -b, --batch-size N        rows per forward pass (default 512; -ub is the same)\n"
+            "  -b, --batch-size N        rows per forward pass (default 2048; -ub is the same)\n"
             "  -ctk, --cache-type-k T    KV cache type for K: f16 (default) or f32\n"
             "  -ctv, --cache-type-v T    KV cache type for V: f16 (default) or f32\n"
             "  --arena SIZE|auto|0       stream the routed experts through an arena (see strata run --help)\n"

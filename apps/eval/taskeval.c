@@ -950,7 +950,7 @@ static void usage(FILE *out)
             "  --tool-prompt strata|qwen tool block wording (default: qwen when the model's template\n"
             "                            has Qwen's, else strata mkmodel's)\n"
             "  -c, --ctx-size N          context size (default 4096 or the model's if smaller)\n"
-            "  -b, --batch-size N        prompt chunk rows (default 512)\n"
+            "  -b, --batch-size N        prompt chunk rows (default 2048)\n"
             "  -t, --threads N           threads (default: all CPUs)\n"
             "  --arena SIZE|auto|0       stream the routed experts through an arena (see strata run)\n"
             "  --read-ahead N            prefetch the next layer's top N experts (with --arena)\n"

@@ -760,7 +760,7 @@ static void usage(FILE *out)
         "  --alias NAME              model id in the API (default: the file name)\n"
         "  --chat-template NAME      use a built-in chat template instead of the model's\n"
         "  -c, --ctx-size N          context size (default 4096 or the model's if smaller; 0: the model's)\n"
-        "  -b, --batch-size N        prompt chunk, rows per forward pass (default 512)\n"
+        "  -b, --batch-size N        prompt chunk, rows per forward pass (default 2048)\n"
         "  -t, --threads N           threads (default: all CPUs)\n"
         "  -n, --n-predict N         generated tokens when a request gives no max_tokens (default -1:\n"
         "                            until end of generation or the context is full)\n"

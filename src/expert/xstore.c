@@ -100,6 +100,9 @@ struct xstore {
     uint64_t        visit_seq;    /* counts layer visits */
     int            *wave;         /* slots of the current wave (n_expert) */
     int             n_wave;
+    int             n_compute;    /* threads that may block in wait_expert */
+    int             n_blocked;    /* of them, blocked now */
+    double          all_blocked_t0; /* when the last of them blocked */
     uint8_t        *mark;         /* n_expert scratch flags */
     int            *order;        /* n_slots scratch */
     int32_t        *tmp;          /* n_expert scratch */
@@ -573,6 +576,45 @@ static int st_wait(expert_src *src, int layer, err *e)
     return rc;
 }
 
+/* A compute thread blocks on the store's condition variable (mu held).
+ * wait_ms counts the wall time during which every compute thread was
+ * blocked: the time reads cost the host, not the sum over threads. */
+static void blocked_wait(xstore *s)
+{
+    if (++s->n_blocked >= s->n_compute) s->all_blocked_t0 = timer_ms();
+    pthread_cond_wait(&s->cv, &s->mu);
+    if (s->n_blocked >= s->n_compute) s->cur.wait_ms += timer_ms() - s->all_blocked_t0;
+    s->n_blocked--;
+}
+
+/* Wave entry i: until it is resident; a failed guess is read again as a
+ * demand (a prefetch never decides the outcome); a failed demand is the
+ * error. The wave stays pinned either way (see expert_src.h). */
+static int st_wait_expert(expert_src *src, int layer, int i, err *e)
+{
+    (void)layer;
+    xstore *s = (xstore *)src;
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    if (i < 0 || i >= s->n_wave) {
+        rc = err_setf(e, ERR_INTERNAL, "expert store: wave entry %d of %d", i, s->n_wave);
+    } else {
+        const int v = s->wave[i];
+        for (;;) {
+            slot *sl = &s->slots[v];
+            if (sl->state == S_LOADING) { blocked_wait(s); continue; }
+            if (sl->state == S_FAILED && sl->first_prio == XIO_PREFETCH) {
+                if ((rc = load(s, v, sl->key, XIO_DEMAND, ORIGIN_DEMAND, e)) != 0) break;
+                continue;
+            }
+            if (sl->state == S_FAILED) rc = read_error(s, sl, e);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 static void st_prefetch(expert_src *src, int layer, const int32_t *ex, int n)
 {
     xstore *s = (xstore *)src;
@@ -644,6 +686,7 @@ static void st_close(expert_src *src)
 static const expert_src_vtable k_store_vt = {
     .begin_layer = st_begin,
     .wait_layer = st_wait,
+    .wait_expert = st_wait_expert,
     .prefetch = st_prefetch,
     .get = st_get,
     .end_layer = st_end,
@@ -736,6 +779,7 @@ int xstore_open(xstore **out, const xstore_layout *lay, const xstore_opts *o, er
     s->base.vt = &k_store_vt;
     s->lay = *lay;
     s->o = *o;
+    s->n_compute = o->n_compute > 0 ? o->n_compute : 1;
     s->n_layer = lay->n_layer;
     s->n_expert = lay->n_expert;
     s->retain = o->arena_bytes > 0;

@@ -107,6 +107,8 @@ typedef struct xstore_opts {
     int      read_ahead;     /* top-N the forward prefetches (reports, buffers) */
     int      no_register;    /* do not register the arena with io_uring */
     int      max_chunks;     /* per-chunk records kept (<= 0: 4096); later ones are counted as dropped */
+    int      n_compute;      /* threads that call wait_expert (<= 0: 1): wait_ms counts
+                                only time when all of them are blocked */
 } xstore_opts;
 
 /* Minimum slots per size class (see "waves"). */

@@ -20,6 +20,13 @@
  *   expert_src_wait_layer(s, layer)               blocks until the wave is
  *       resident; an I/O error ends the wave (nothing stays pinned) and is
  *       returned with a message naming the layer, expert and file offset.
+ *   expert_src_wait_expert(s, layer, i)           instead of wait_layer: blocks
+ *       until experts[i] of the wave is resident, so the caller can compute
+ *       the wave's experts in order while the later ones are still being
+ *       read (begin_layer queues the reads in wave order). Thread-safe; any
+ *       number of calls per expert. An I/O error is returned (naming layer,
+ *       expert and offset) but the wave stays pinned: the caller stops using
+ *       the wave and calls end_layer, which unpins it.
  *   expert_src_get(s, layer, expert, which)        any number of times, from
  *       any thread, for experts of the wave
  *   expert_src_end_layer(s, layer)                 unpins; pointers from get
@@ -48,6 +55,7 @@ typedef struct expert_src expert_src;
 typedef struct expert_src_vtable {
     int         (*begin_layer)(expert_src *s, int layer, int32_t *experts, int n, err *e);
     int         (*wait_layer)(expert_src *s, int layer, err *e);                      /* optional */
+    int         (*wait_expert)(expert_src *s, int layer, int i, err *e);              /* optional */
     void        (*prefetch)(expert_src *s, int layer, const int32_t *experts, int n); /* optional */
     const void *(*get)(expert_src *s, int layer, int expert, int which);
     void        (*end_layer)(expert_src *s, int layer);                               /* optional */
@@ -70,6 +78,13 @@ static inline int expert_src_begin_layer(expert_src *s, int layer, int32_t *expe
 static inline int expert_src_wait_layer(expert_src *s, int layer, err *e)
 {
     return s->vt->wait_layer ? s->vt->wait_layer(s, layer, e) : 0;
+}
+static inline int expert_src_can_wait_expert(const expert_src *s) { return s->vt->wait_expert != NULL; }
+/* i: index into the wave returned by begin_layer. Without a wait_expert
+ * the source's experts are resident once begin_layer returns. */
+static inline int expert_src_wait_expert(expert_src *s, int layer, int i, err *e)
+{
+    return s->vt->wait_expert ? s->vt->wait_expert(s, layer, i, e) : 0;
 }
 static inline void expert_src_prefetch(expert_src *s, int layer, const int32_t *experts, int n)
 {

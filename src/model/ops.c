@@ -140,7 +140,69 @@ void ops_attention(float *out, const float *q, const void *k, int k_f16, const v
     }
 }
 
+/* The reference tile (see ops.h): the same dots, softmax and position-order
+ * sums as ops_attention, visited K-row-major / V-row-major across the rows
+ * of the tile. Per row, every float operation and its order is
+ * ops_attention's: dots in position order (the running max too), then the
+ * softmax, then out += p_j * v_j for j = 0, 1, ... . */
+void ops_attention_rows(float *out, size_t out_stride, const float *q, size_t q_stride, int nq,
+                        const void *k, int k_f16, const void *v, int v_f16, int64_t stride,
+                        int d, int pos0, float scale, float *scores, const float *tab)
+{
+    /* Longer runs are consecutive tiles; each needs at most the scratch
+     * of the last one (its n_kv_max is the largest). */
+    for (; nq > OPS_ATTN_TILE; nq -= OPS_ATTN_TILE, pos0 += OPS_ATTN_TILE) {
+        ops_attention_rows(out, out_stride, q, q_stride, OPS_ATTN_TILE, k, k_f16, v, v_f16, stride, d, pos0,
+                           scale, scores, tab);
+        out += OPS_ATTN_TILE * out_stride;
+        q += OPS_ATTN_TILE * q_stride;
+    }
+    const int n_kv = pos0 + nq;   /* n_kv_max: row r sees pos0 + r + 1 positions */
+    float max[OPS_ATTN_TILE];
+    for (int r = 0; r < nq; r++) max[r] = -INFINITY;
+    for (int j = 0; j < n_kv; j++) {
+        const int r0 = j > pos0 ? j - pos0 : 0;   /* first row that sees j */
+        for (int r = r0; r < nq; r++) {
+            const float *qr = q + (size_t)r * q_stride;
+            float s = k_f16 ? ops_dot_f16((const uint16_t *)k + j * stride, qr, d, tab)
+                            : ops_dot_f32((const float *)k + j * stride, qr, d);
+            s *= scale;
+            scores[(size_t)r * n_kv + j] = s;
+            max[r] = s > max[r] ? s : max[r];
+        }
+    }
+    for (int r = 0; r < nq; r++) {
+        float *sr = scores + (size_t)r * n_kv;
+        const int n = pos0 + r + 1;
+        double sum = 0.0;
+        for (int j = 0; j < n; j++) {
+            const float p = expf(sr[j] - max[r]);
+            sum += (double)p;
+            sr[j] = p;
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int j = 0; j < n; j++) sr[j] *= inv;
+        memset(out + (size_t)r * out_stride, 0, sizeof(float) * (size_t)d);
+    }
+    for (int j = 0; j < n_kv; j++) {
+        const int r0 = j > pos0 ? j - pos0 : 0;
+        for (int r = r0; r < nq; r++) {
+            const float p = scores[(size_t)r * n_kv + j];
+            float *o = out + (size_t)r * out_stride;
+            if (v_f16) {
+                const uint16_t *vr = (const uint16_t *)v + j * stride;
+                for (int i = 0; i < d; i++) o[i] += p * tab[vr[i]];
+            } else {
+                const float *vr = (const float *)v + j * stride;
+                for (int i = 0; i < d; i++) o[i] += p * vr[i];
+            }
+        }
+    }
+}
+
 void ops_kernels_get(int isa, ops_kernels *out)
 {
-    out->attention = isa == CPU_ISA_AVX2 ? ops_avx2_attention : ops_attention;
+    const int avx2 = isa == CPU_ISA_AVX2;
+    out->attention      = avx2 ? ops_avx2_attention : ops_attention;
+    out->attention_rows = avx2 ? ops_avx2_attention_rows : ops_attention_rows;
 }

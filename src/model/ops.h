@@ -30,6 +30,7 @@
 #ifndef STRATA_OPS_H
 #define STRATA_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* y[i] = x[i] / rms(x) * w[i] over n elements; y may alias x. */
@@ -69,12 +70,48 @@ typedef void (*ops_attention_fn)(float *out, const float *q, const void *k, int 
 void  ops_attention(float *out, const float *q, const void *k, int k_f16, const void *v, int v_f16,
                     int64_t stride, int d, int n_kv, float scale, float *scores, const float *f16_tab);
 
+/* ==== Tiled causal attention (several query rows of one head) ====
+ * Query rows q[0..nq) of one head, each d floats, q_stride floats apart, at
+ * positions pos0 .. pos0+nq-1; row i attends causally to positions
+ * 0 .. pos0+i. out row i (out_stride floats apart) is BIT-IDENTICAL to
+ *   ops_attention(out_i, q_i, k, k_f16, v, v_f16, stride, d, pos0 + i + 1,
+ *                 scale, .., f16_tab)
+ * (same numerics as above, row by row). The tile only shares loads: each
+ * K row is read once for all the tile's rows that can see it, then every
+ * row gets its own softmax, then each V row is read once and added into
+ * every row that can see it. Positions j > pos0 + i do not exist for row i
+ * (causal by construction, no -inf masking arithmetic).
+ *
+ * Shapes: 1 <= nq <= OPS_ATTN_TILE, pos0 >= 0, n_kv_max = pos0 + nq.
+ * scores: scratch of at least OPS_ATTN_TILE * n_kv_max floats (row i uses
+ * scores[i * n_kv_max ..]). d: the real head sizes are 64, 128 and 256, and
+ * the fast paths assume d % 8 == 0; any other d is still correct (the AVX2
+ * version then falls back to ops_avx2_attention row by row). out rows must
+ * not overlap q rows, k, v or scores. No allocation.
+ *
+ * OPS_ATTN_TILE = 8: measured single thread on the dev box (Xeon, AVX2, f16
+ * K/V, d = 128, a 512-row prompt chunk at pos0 = 0, time per head):
+ * tile 4 -> TILE4_MS, tile 8 -> TILE8_MS, tile 16 -> TILE16_MS; 8 is where
+ * the gain flattens, and 8 rows x 1 K row of accumulators fill the AVX2
+ * registers (8 ymm accumulators + the K chunk). A larger tile also costs
+ * the caller OPS_ATTN_TILE * n_ctx floats of scratch per thread. */
+#define OPS_ATTN_TILE 8
+
+typedef void (*ops_attention_rows_fn)(float *out, size_t out_stride, const float *q, size_t q_stride, int nq,
+                                      const void *k, int k_f16, const void *v, int v_f16, int64_t stride,
+                                      int d, int pos0, float scale, float *scores, const float *f16_tab);
+
+void  ops_attention_rows(float *out, size_t out_stride, const float *q, size_t q_stride, int nq,
+                         const void *k, int k_f16, const void *v, int v_f16, int64_t stride,
+                         int d, int pos0, float scale, float *scores, const float *f16_tab);
+
 /* ==== ISA-selected kernels ====
  * The AVX2 versions (ops_avx2.c) keep the scalar lane structure and use
  * separate multiplies and adds (no FMA), so they return the same bits as
  * the scalar reference; test_ops checks that. */
 typedef struct ops_kernels {
-    ops_attention_fn attention;
+    ops_attention_fn      attention;
+    ops_attention_rows_fn attention_rows;
 } ops_kernels;
 
 /* Kernels for `isa` (cpu_best_isa()); scalar where there is no SIMD version. */
@@ -85,5 +122,8 @@ float ops_avx2_dot_f32(const float *a, const float *b, int n);
 float ops_avx2_dot_f16(const uint16_t *a, const float *b, int n);
 void  ops_avx2_attention(float *out, const float *q, const void *k, int k_f16, const void *v, int v_f16,
                          int64_t stride, int d, int n_kv, float scale, float *scores, const float *f16_tab);
+void  ops_avx2_attention_rows(float *out, size_t out_stride, const float *q, size_t q_stride, int nq,
+                              const void *k, int k_f16, const void *v, int v_f16, int64_t stride,
+                              int d, int pos0, float scale, float *scores, const float *f16_tab);
 
 #endif

@@ -92,3 +92,172 @@ void ops_avx2_attention(float *out, const float *q, const void *k, int k_f16, co
         }
     }
 }
+
+/* ==== Tiled causal attention (ops.h: ops_attention_rows) ====
+ * Per row, the same float operations in the same order as
+ * ops_avx2_attention (hence as the scalar ops_attention); the tile only
+ * changes which row is worked on when, so loads are shared:
+ *
+ *   dots     a micro-kernel takes R query rows x P consecutive K rows and
+ *            keeps R*P (<= 8) independent 8-lane accumulators in
+ *            registers: each K chunk is loaded (and widened) once for the R
+ *            rows, and the R*P add chains overlap instead of one dot's
+ *            chain waiting on the add latency (what bounds the per-row
+ *            path). Each accumulator is still exactly one (row, position)
+ *            dot: lanes = index mod 8, then the scalar lane tree.
+ *   softmax  per row, positions in order (the running max is taken in the
+ *            dot pass, also in position order for each row).
+ *   values   for each V row j (in order), each 8-float chunk is loaded once
+ *            and added into every row that sees j; the rows' outputs
+ *            (nq * d floats) stay in L1 between positions.
+ *
+ * Everything assumes d % 8 == 0 (no tails); ops_avx2_attention_rows
+ * checks it and otherwise runs ops_avx2_attention row by row. */
+
+/* 8 elements of a K/V row at element offset i, widened to float. */
+#define LD_F32(base, i) _mm256_loadu_ps((const float *)(base) + (i))
+#define LD_F16(base, i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)(base) + (i))))
+
+/* Dots of R query rows (q, q_stride apart) with K rows j0 .. j0+P-1:
+ * scores[r * n_kv + j] = dot * scale, and max[r] updated in position order.
+ * k: this head's position-0 row of the cache. */
+#define DEF_DOTS(NAME, R, P, LD, ELEM)                                                                          \
+    static void NAME(const float *q, size_t q_stride, const void *k, int64_t stride, int j0, int d,            \
+                     float scale, float *scores, size_t n_kv, float *max)                                      \
+    {                                                                                                          \
+        const ELEM *kr = (const ELEM *)k + (int64_t)j0 * stride;                                              \
+        __m256 acc[R][P];                                                                                      \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                                    \
+            _Pragma("GCC unroll 8") for (int p = 0; p < P; p++) acc[r][p] = _mm256_setzero_ps();               \
+        for (int i = 0; i < d; i += 8) {                                                                       \
+            __m256 kv[P];                                                                                      \
+            _Pragma("GCC unroll 8") for (int p = 0; p < P; p++) kv[p] = LD(kr + p * stride, i);               \
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                              \
+                const __m256 qv = _mm256_loadu_ps(q + (size_t)r * q_stride + i);                               \
+                _Pragma("GCC unroll 8") for (int p = 0; p < P; p++)                                            \
+                    acc[r][p] = _mm256_add_ps(acc[r][p], _mm256_mul_ps(kv[p], qv));                            \
+            }                                                                                                  \
+        }                                                                                                      \
+        for (int r = 0; r < R; r++)                                                                            \
+            for (int p = 0; p < P; p++) {                                                                      \
+                float l[8];                                                                                    \
+                _mm256_storeu_ps(l, acc[r][p]);                                                                \
+                const float s = lanes_sum(l) * scale;                                                          \
+                scores[(size_t)r * n_kv + (size_t)(j0 + p)] = s;                                               \
+                max[r] = s > max[r] ? s : max[r];                                                              \
+            }                                                                                                  \
+    }
+
+#define DEF_DOTS_BOTH(R, P)                                          \
+    DEF_DOTS(dots_f32_##R##x##P, R, P, LD_F32, float)                \
+    DEF_DOTS(dots_f16_##R##x##P, R, P, LD_F16, uint16_t)
+DEF_DOTS_BOTH(1, 1)
+DEF_DOTS_BOTH(2, 1)
+DEF_DOTS_BOTH(3, 1)
+DEF_DOTS_BOTH(4, 1)
+DEF_DOTS_BOTH(5, 1)
+DEF_DOTS_BOTH(6, 1)
+DEF_DOTS_BOTH(7, 1)
+DEF_DOTS_BOTH(8, 1)
+DEF_DOTS_BOTH(3, 2)
+DEF_DOTS_BOTH(4, 2)
+DEF_DOTS_BOTH(2, 4)
+DEF_DOTS_BOTH(1, 8)
+
+typedef void (*dots_fn)(const float *q, size_t q_stride, const void *k, int64_t stride, int j0, int d,
+                        float scale, float *scores, size_t n_kv, float *max);
+
+/* One K row against R (1..8) rows: [f16][R - 1]. */
+static const dots_fn dots_col[2][8] = {
+    { dots_f32_1x1, dots_f32_2x1, dots_f32_3x1, dots_f32_4x1, dots_f32_5x1, dots_f32_6x1, dots_f32_7x1,
+      dots_f32_8x1 },
+    { dots_f16_1x1, dots_f16_2x1, dots_f16_3x1, dots_f16_4x1, dots_f16_5x1, dots_f16_6x1, dots_f16_7x1,
+      dots_f16_8x1 },
+};
+/* The block for K rows seen by all R rows: P = 8 / R positions at a time
+ * (at most 8 accumulators: 16 ymm registers hold them, the P K chunks and
+ * a q chunk). [f16][R - 1]; P is blk_p[R - 1]. */
+static const dots_fn dots_blk[2][8] = {
+    { dots_f32_1x8, dots_f32_2x4, dots_f32_3x2, dots_f32_4x2, dots_f32_5x1, dots_f32_6x1, dots_f32_7x1,
+      dots_f32_8x1 },
+    { dots_f16_1x8, dots_f16_2x4, dots_f16_3x2, dots_f16_4x2, dots_f16_5x1, dots_f16_6x1, dots_f16_7x1,
+      dots_f16_8x1 },
+};
+static const int blk_p[8] = { 8, 4, 2, 2, 1, 1, 1, 1 };
+
+/* out[r][0..d) += p_r * v_row for rows r0..nq-1, p_r = scores[r * n_kv + j]. */
+#define DEF_VACC(NAME, LD, ELEM)                                                                                \
+    static void NAME(float *out, size_t out_stride, const ELEM *vr, int d, int r0, int nq, const float *scores, \
+                     size_t n_kv, int j)                                                                       \
+    {                                                                                                          \
+        for (int i = 0; i < d; i += 8) {                                                                       \
+            const __m256 vv = LD(vr, i);                                                                       \
+            for (int r = r0; r < nq; r++) {                                                                    \
+                float *o = out + (size_t)r * out_stride + i;                                                   \
+                const __m256 vp = _mm256_broadcast_ss(scores + (size_t)r * n_kv + (size_t)j);                  \
+                _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(vp, vv)));                 \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+DEF_VACC(vacc_f32, LD_F32, float)
+DEF_VACC(vacc_f16, LD_F16, uint16_t)
+
+void ops_avx2_attention_rows(float *out, size_t out_stride, const float *q, size_t q_stride, int nq,
+                             const void *k, int k_f16, const void *v, int v_f16, int64_t stride,
+                             int d, int pos0, float scale, float *scores, const float *f16_tab)
+{
+    if (d % 8 != 0) {   /* not a real head size: the per-row kernel, same bits */
+        for (int r = 0; r < nq; r++)
+            ops_avx2_attention(out + (size_t)r * out_stride, q + (size_t)r * q_stride, k, k_f16, v, v_f16,
+                               stride, d, pos0 + r + 1, scale, scores, f16_tab);
+        return;
+    }
+    for (; nq > OPS_ATTN_TILE; nq -= OPS_ATTN_TILE, pos0 += OPS_ATTN_TILE) {   /* see ops_attention_rows */
+        ops_avx2_attention_rows(out, out_stride, q, q_stride, OPS_ATTN_TILE, k, k_f16, v, v_f16, stride, d,
+                                pos0, scale, scores, f16_tab);
+        out += OPS_ATTN_TILE * out_stride;
+        q += OPS_ATTN_TILE * q_stride;
+    }
+    const size_t n_kv = (size_t)pos0 + (size_t)nq;   /* n_kv_max */
+    const int f16 = k_f16 != 0;
+    float max[OPS_ATTN_TILE];
+    for (int r = 0; r < nq; r++) max[r] = -INFINITY;
+
+    /* K rows 0..pos0 are seen by every row: groups of up to 8 rows, each
+     * walking the positions in blocks of P then singly. */
+    for (int g = 0; g < nq; g += 8) {
+        const int R = nq - g < 8 ? nq - g : 8, P = blk_p[R - 1];
+        const float *qg = q + (size_t)g * q_stride;
+        float *sg = scores + (size_t)g * n_kv;
+        int j = 0;
+        for (; j + P <= pos0 + 1; j += P) dots_blk[f16][R - 1](qg, q_stride, k, stride, j, d, scale, sg, n_kv, max + g);
+        for (; j <= pos0; j++) dots_col[f16][R - 1](qg, q_stride, k, stride, j, d, scale, sg, n_kv, max + g);
+    }
+    /* K rows pos0+1 .. pos0+nq-1 (this tile's own): rows j - pos0 .. nq-1. */
+    for (int j = pos0 + 1; j < (int)n_kv; j++)
+        for (int g = j - pos0; g < nq; g += 8) {
+            const int R = nq - g < 8 ? nq - g : 8;
+            dots_col[f16][R - 1](q + (size_t)g * q_stride, q_stride, k, stride, j, d, scale,
+                                 scores + (size_t)g * n_kv, n_kv, max + g);
+        }
+
+    for (int r = 0; r < nq; r++) {
+        float *sr = scores + (size_t)r * n_kv;
+        const int n = pos0 + r + 1;
+        double sum = 0.0;
+        for (int j = 0; j < n; j++) {
+            const float p = expf(sr[j] - max[r]);
+            sum += (double)p;
+            sr[j] = p;
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int j = 0; j < n; j++) sr[j] *= inv;   /* ops_avx2_attention's p = scores[j] * inv */
+        memset(out + (size_t)r * out_stride, 0, sizeof(float) * (size_t)d);
+    }
+
+    for (int j = 0; j < (int)n_kv; j++) {
+        const int r0 = j > pos0 ? j - pos0 : 0;
+        if (v_f16) vacc_f16(out, out_stride, (const uint16_t *)v + j * stride, d, r0, nq, scores, n_kv, j);
+        else       vacc_f32(out, out_stride, (const float *)v + j * stride, d, r0, nq, scores, n_kv, j);
+    }
+}

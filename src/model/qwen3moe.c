@@ -8,13 +8,15 @@
  * MoE matter only for the rows that produce logits (llama.cpp drops the
  * other rows there too, with inp_out_ids).
  *
- * Matmul loop order: thread -> output rows of the weight -> input rows, so a
- * weight row is read once per chunk and stays in L1 while every input row
- * uses it. A later speed pass can block this; the numerics would not change
- * (each output is one dot of one weight row with one quantized input row). */
+ * Matmuls: each thread takes a contiguous range of a weight's output rows
+ * and runs quant_gemm over it and every input row: the kernel blocks for
+ * registers and cache, and each output stays one dot of one weight row with
+ * one quantized input row (bit-identical to the plain dot). */
 #include "model/qwen3moe.h"
 
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +24,26 @@
 #include "util/fp16.h"
 
 /* ==== Scratch ==== */
+
+/* Quantized input rows: row i at base + i * stride. */
+typedef struct act_rows { const uint8_t *base; size_t stride; } act_rows;
+
+enum { MOE_GU_ROWS = 32, MOE_DN_ROWS = 64 };   /* weight rows per queue item */
+
+typedef struct moe_job {
+    const qwen3moe *m; const layer_weights *lw; qwen3moe_scratch *s;
+    int layer;
+    const int32_t *ex; int n_ex;    /* the wave, in the source's order */
+    act_rows xg, xu;                /* gathered inputs for gate / up */
+    int down_f32;
+    int n_gu, n_dn;                 /* items per expert */
+    long n_items;
+    atomic_int next;                /* the next item to take */
+    atomic_int failed;              /* set once by the first failing thread */
+    int fail_rc;
+    err fail_err;
+} moe_job;
+
 
 struct qwen3moe_scratch {
     int      n_batch, n_ctx, n_threads;
@@ -40,9 +62,17 @@ struct qwen3moe_scratch {
     int32_t *fill;     /* (n_expert) fill cursors */
     int32_t *used;     /* (n_expert) distinct experts of the chunk, ascending */
     int32_t *list;     /* (n_batch*n_expert_used) row-slots r = i*k + s grouped by expert */
-    float   *h;        /* (n_batch*n_expert_used, n_ff_exp) expert hidden rows */
-    uint8_t *hq;       /* (n_batch*n_expert_used, 4*n_ff_exp) bytes: h quantized for down */
-    float   *eout;     /* (n_batch*n_expert_used, n_embd) weighted expert outputs */
+    int32_t *pos;      /* (n_batch*n_expert_used) row-slot -> its list position */
+    uint8_t *xgg;      /* (n_batch*n_expert_used) gate inputs in list order (gate act_bytes each) */
+    uint8_t *xug;      /* same for up, when up's dot type differs from gate's */
+    float   *h;        /* (n_batch*n_expert_used, n_ff_exp) gate outputs, then hidden rows, list order */
+    float   *u;        /* (n_batch*n_expert_used, n_ff_exp) up outputs, list order */
+    uint8_t *hq;       /* (n_batch*n_expert_used) h quantized for down (down act_bytes each) */
+    float   *eout;     /* (n_batch*n_expert_used, n_embd) weighted expert outputs, list order */
+    atomic_int *xres;  /* (n_expert) wave entry i known resident */
+    atomic_int *xleft; /* (n_expert) its gate/up items not yet done */
+    atomic_int *xready;/* (n_expert) its hidden rows ready for down */
+    moe_job  moe;      /* the MoE job (holds atomics) */
     float   *scores;   /* (n_threads, n_ctx) attention scores */
     float   *rope;     /* (n_threads, head_dim) RoPE cos/sin */
     float   *pxn;      /* (n_batch, n_embd) read-ahead: rows normed for the next layer */
@@ -94,9 +124,26 @@ static void scratch_carve(qwen3moe_scratch *s, const qwen3moe *m, int n_batch, i
     s->fill   = scratch_alloc(s, sizeof(int32_t) * X, fail);
     s->used   = scratch_alloc(s, sizeof(int32_t) * X, fail);
     s->list   = scratch_alloc(s, sizeof(int32_t) * B * K, fail);
+    /* the widest activation rows any layer's experts take */
+    size_t gact = 1, uact = 1, dact = 1;
+    int split_gu = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const layer_weights *lw = &m->w->layers[l];
+        if (lw->gate_exps.act_bytes > gact) gact = lw->gate_exps.act_bytes;
+        if (lw->up_exps.act_bytes > uact) uact = lw->up_exps.act_bytes;
+        if (lw->down_exps.act_bytes > dact) dact = lw->down_exps.act_bytes;
+        if (lw->up_exps.ops.dot_type != lw->gate_exps.ops.dot_type) split_gu = 1;
+    }
+    s->pos    = scratch_alloc(s, sizeof(int32_t) * B * K, fail);
+    s->xgg    = scratch_alloc(s, gact * B * K, fail);
+    s->xug    = split_gu ? scratch_alloc(s, uact * B * K, fail) : NULL;
     s->h      = scratch_alloc(s, sizeof(float) * B * K * F, fail);
-    s->hq     = scratch_alloc(s, 4 * B * K * F, fail);
+    s->u      = scratch_alloc(s, sizeof(float) * B * K * F, fail);
+    s->hq     = scratch_alloc(s, dact * B * K, fail);
     s->eout   = scratch_alloc(s, sizeof(float) * B * K * E, fail);
+    s->xres   = scratch_alloc(s, sizeof(atomic_int) * X, fail);
+    s->xleft  = scratch_alloc(s, sizeof(atomic_int) * X, fail);
+    s->xready = scratch_alloc(s, sizeof(atomic_int) * X, fail);
     s->scores = scratch_alloc(s, sizeof(float) * T * (size_t)n_ctx, fail);
     s->rope   = scratch_alloc(s, sizeof(float) * T * D, fail);
     if (m->read_ahead > 0) {
@@ -142,6 +189,7 @@ void qwen3moe_scratch_close(qwen3moe_scratch *s)
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att);
     free(s->qa); free(s->qb); free(s->router); free(s->sel); free(s->selw);
     free(s->cnt); free(s->fill); free(s->used); free(s->list);
+    free(s->pos); free(s->xgg); free(s->xug); free(s->u); free(s->xres); free(s->xleft); free(s->xready);
     free(s->h); free(s->hq); free(s->eout); free(s->scores); free(s->rope);
     free(s->pxn); free(s->pqa); free(s->pred); free(s->ptop); free(s->pvotes); free(s->pset);
     free(s);
@@ -183,8 +231,6 @@ static void run_rows(tpool *pool, int n, row_fn fn, void *ctx)
     tpool_run(pool, rows_job_fn, &j);
 }
 
-/* Quantized input rows: row i at base + i * stride. */
-typedef struct act_rows { const uint8_t *base; size_t stride; } act_rows;
 
 typedef struct quant_job {
     const quant_ops *act; int64_t K;
@@ -238,13 +284,9 @@ static void mm_fn(void *p, int ith, int nth)
         const wtensor *w = o->w;
         const long rows = (long)w->ne[1];
         long a = lo > base ? lo - base : 0, b = hi - base < rows ? hi - base : rows;
-        const int64_t K = w->ne[0];
-        const quant_dot_fn dot = w->ops.dot;
-        for (long r = a; r < b; r++) {
-            const uint8_t *wr = w->data + (uint64_t)r * w->row_bytes;
-            for (int i = 0; i < j->n_rows; i++)
-                o->y[(size_t)i * o->ldy + (size_t)r] = dot(K, wr, j->in.base + (size_t)i * j->in.stride);
-        }
+        if (a < b)
+            quant_gemm(&w->ops, w->ne[0], w->data + (uint64_t)a * w->row_bytes, w->row_bytes, (int)(b - a),
+                       j->in.base, j->in.stride, j->n_rows, o->y + a, o->ldy);
         base += rows;
     }
 }
@@ -346,63 +388,162 @@ static void add_row(void *p, int idx, int ith)
     for (int c = 0; c < j->n; c++) j->x[o + c] = j->y[o + c] + j->x[o + c];
 }
 
-/* Gate and up for (expert, hidden row f) items; h = silu(g) * u. */
-typedef struct gu_job {
-    const qwen3moe *m; const layer_weights *lw; qwen3moe_scratch *s;
-    int layer, r0;
-    const int32_t *ex; int n_ex;   /* the wave's experts */
-    act_rows xg, xu;        /* ffn input rows r0.. quantized for gate / up */
-} gu_job;
+/* ==== MoE: one grouped matmul per expert, pipelined over the wave ====
+ *
+ * The row-slots routed to expert e are list[cnt[e] .. cnt[e+1]) ("list
+ * positions" t). Their inputs are gathered into contiguous rows (xgg: list
+ * position t at t * stride), so each expert is a plain matmul of its
+ * weights by its m rows (quant_gemm). Every per-slot buffer below is
+ * indexed by list position: g/h (F floats), u (F floats), hq (h quantized
+ * for down), eout (E floats, already weighted).
+ *
+ * One pool job runs the wave as a queue of items taken in order by every
+ * thread (atomic counter): G(i, c) = gate and up of wave expert i for
+ * weight rows [c*GU, (c+1)*GU), D(i, c) = down rows [c*DN, (c+1)*DN). The
+ * order is G0, G1, D0, G2, D1, ..., D(n-1): a thread reaching expert i's
+ * first item waits for that expert alone (expert_src_wait_expert), so the
+ * computation of one expert overlaps the reads of the ones behind it (the
+ * source queued them in this order). The thread finishing the last G item
+ * of an expert quantizes its hidden rows for down and marks it ready; D
+ * items of that expert wait (spin, then yield) for the mark. A failed read
+ * stops every thread; the wave is then ended by the caller. */
 
-static void gu_fn(void *p, int ith, int nth)
+static void moe_fail(moe_job *j, int rc, const err *e)
 {
-    gu_job *j = p;
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&j->failed, &expect, 1)) {
+        j->fail_rc = rc;
+        j->fail_err = *e;
+    }
+}
+
+/* Wait for flag (set with release) unless the job failed. The producer is
+ * another thread already running an earlier item, so the wait is short. */
+static int moe_wait_flag(moe_job *j, atomic_int *flag)
+{
+    for (unsigned n = 0; !atomic_load_explicit(flag, memory_order_acquire); n++) {
+        if (atomic_load_explicit(&j->failed, memory_order_relaxed)) return -1;
+        if (n >= 256) sched_yield();
+    }
+    return 0;
+}
+
+/* Gate and up of wave expert i, weight rows [f0, f1), for all its rows. */
+static int moe_gu_item(moe_job *j, int i, int f0, int f1)
+{
     const hparams *hp = j->m->hp;
-    const int F = hp->n_ff_exp, K = hp->n_expert_used;
+    qwen3moe_scratch *s = j->s;
+    const int e = j->ex[i], F = hp->n_ff_exp;
     const int64_t E = hp->n_embd;
+    if (!atomic_load_explicit(&s->xres[i], memory_order_acquire)) {
+        err le;
+        err_clear(&le);
+        const int rc = expert_src_wait_expert(j->m->xs, j->layer, i, &le);
+        if (rc) { moe_fail(j, rc, &le); return rc; }
+        atomic_store_explicit(&s->xres[i], 1, memory_order_release);
+    }
     const wtensor *gt = &j->lw->gate_exps, *ut = &j->lw->up_exps;
-    long lo, hi;
-    tpool_split((long)j->n_ex * F, ith, nth, &lo, &hi);
-    for (long it = lo; it < hi; it++) {
-        const int e = j->ex[it / F], f = (int)(it % F);
-        const uint8_t *gw = (const uint8_t *)expert_src_get(j->m->xs, j->layer, e, EXPERT_GATE) + (uint64_t)f * gt->row_bytes;
-        const uint8_t *uw = (const uint8_t *)expert_src_get(j->m->xs, j->layer, e, EXPERT_UP) + (uint64_t)f * ut->row_bytes;
-        for (int t = j->s->cnt[e]; t < j->s->cnt[e + 1]; t++) {
-            const int r = j->s->list[t], i = r / K - j->r0;
-            const float g = gt->ops.dot(E, gw, j->xg.base + (size_t)i * j->xg.stride);
-            const float u = ut->ops.dot(E, uw, j->xu.base + (size_t)i * j->xu.stride);
-            j->s->h[(size_t)r * F + f] = ops_silu(g) * u;
+    const uint8_t *gw = (const uint8_t *)expert_src_get(j->m->xs, j->layer, e, EXPERT_GATE) + (uint64_t)f0 * gt->row_bytes;
+    const uint8_t *uw = (const uint8_t *)expert_src_get(j->m->xs, j->layer, e, EXPERT_UP) + (uint64_t)f0 * ut->row_bytes;
+    const int t0 = s->cnt[e], m = s->cnt[e + 1] - t0;
+    float *g = s->h + (size_t)t0 * F + f0, *u = s->u + (size_t)t0 * F + f0;
+    quant_gemm(&gt->ops, E, gw, gt->row_bytes, f1 - f0, j->xg.base + (size_t)t0 * j->xg.stride, j->xg.stride, m,
+               g, (size_t)F);
+    quant_gemm(&ut->ops, E, uw, ut->row_bytes, f1 - f0, j->xu.base + (size_t)t0 * j->xu.stride, j->xu.stride, m,
+               u, (size_t)F);
+    for (int t = 0; t < m; t++)
+        for (int f = 0; f < f1 - f0; f++) {
+            const size_t o = (size_t)t * F + (size_t)f;
+            g[o] = ops_silu(g[o]) * u[o];   /* h = silu(g) * u */
+        }
+    /* the last G item of the expert readies its rows for down */
+    if (atomic_fetch_sub_explicit(&s->xleft[i], 1, memory_order_acq_rel) == 1) {
+        if (!j->down_f32) {
+            const wtensor *dt = &j->lw->down_exps;
+            for (int t = t0; t < t0 + m; t++)
+                dt->act.quant(s->h + (size_t)t * F, s->hq + (size_t)t * dt->act_bytes, F);
+        }
+        atomic_store_explicit(&s->xready[i], 1, memory_order_release);
+    }
+    return 0;
+}
+
+/* Down of wave expert i, output rows [r0, r1), weighted by the routing
+ * weight of each row-slot. */
+static int moe_down_item(moe_job *j, int i, int r0, int r1)
+{
+    const hparams *hp = j->m->hp;
+    qwen3moe_scratch *s = j->s;
+    const int e = j->ex[i], E = hp->n_embd;
+    const int64_t F = hp->n_ff_exp;
+    if (moe_wait_flag(j, &s->xready[i])) return -1;
+    const wtensor *dt = &j->lw->down_exps;
+    const uint8_t *dw = (const uint8_t *)expert_src_get(j->m->xs, j->layer, e, EXPERT_DOWN) + (uint64_t)r0 * dt->row_bytes;
+    const int t0 = s->cnt[e], m = s->cnt[e + 1] - t0;
+    const uint8_t *hin;
+    size_t hstride;
+    if (j->down_f32) { hin = (const uint8_t *)(s->h + (size_t)t0 * F); hstride = (size_t)F * sizeof(float); }
+    else { hin = s->hq + (size_t)t0 * dt->act_bytes; hstride = dt->act_bytes; }
+    float *y = s->eout + (size_t)t0 * E + r0;
+    quant_gemm(&dt->ops, F, dw, dt->row_bytes, r1 - r0, hin, hstride, m, y, (size_t)E);
+    for (int t = 0; t < m; t++) {
+        const float w = s->selw[s->list[t0 + t]];
+        for (int r = 0; r < r1 - r0; r++) y[(size_t)t * E + r] = y[(size_t)t * E + r] * w;
+    }
+    return 0;
+}
+
+static void moe_fn(void *p, int ith, int nth)
+{
+    (void)ith; (void)nth;
+    moe_job *j = p;
+    const int F = j->m->hp->n_ff_exp, E = j->m->hp->n_embd;
+    const long blk = (long)j->n_gu + j->n_dn;
+    for (;;) {
+        if (atomic_load_explicit(&j->failed, memory_order_relaxed)) return;
+        const long it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (it >= j->n_items) return;
+        /* G0 | G1 D0 | G2 D1 | ... | D(n-1) */
+        int gi = -1, di = -1, c;
+        if (it < j->n_gu) { gi = 0; c = (int)it; }
+        else {
+            const long r = it - j->n_gu, q = 1 + r / blk, rem = r % blk;
+            if (q >= j->n_ex) { di = j->n_ex - 1; c = (int)rem; }
+            else if (rem < j->n_gu) { gi = (int)q; c = (int)rem; }
+            else { di = (int)q - 1; c = (int)(rem - j->n_gu); }
+        }
+        if (gi >= 0) {
+            const int f0 = c * MOE_GU_ROWS, f1 = f0 + MOE_GU_ROWS < F ? f0 + MOE_GU_ROWS : F;
+            if (moe_gu_item(j, gi, f0, f1)) return;
+        } else {
+            const int r0 = c * MOE_DN_ROWS, r1 = r0 + MOE_DN_ROWS < E ? r0 + MOE_DN_ROWS : E;
+            if (moe_down_item(j, di, r0, r1)) return;
         }
     }
 }
 
-/* Down for (expert, output row m) items, weighted by the routing weight. */
-typedef struct down_job {
-    const qwen3moe *m; const layer_weights *lw; qwen3moe_scratch *s;
-    int layer;
-    const int32_t *ex; int n_ex;   /* the wave's experts */
-    act_rows hin;           /* hidden rows: row-slot r at base + (r - r_base) * stride */
-    int r_base;
-} down_job;
+/* Copy quantized input rows into list order: position t gets the row of
+ * row-slot list[t] (its token row i = list[t] / k, relative to r0). */
+typedef struct gather_job {
+    const qwen3moe_scratch *s; int K, r0;
+    act_rows src; uint8_t *dst; size_t bytes;
+} gather_job;
 
-static void down_fn(void *p, int ith, int nth)
+static void gather_row(void *p, int t, int ith)
 {
-    down_job *j = p;
-    const hparams *hp = j->m->hp;
-    const int E = hp->n_embd;
-    const int64_t F = hp->n_ff_exp;
-    const wtensor *dt = &j->lw->down_exps;
-    long lo, hi;
-    tpool_split((long)j->n_ex * E, ith, nth, &lo, &hi);
-    for (long it = lo; it < hi; it++) {
-        const int e = j->ex[it / E], mr = (int)(it % E);
-        const uint8_t *dw = (const uint8_t *)expert_src_get(j->m->xs, j->layer, e, EXPERT_DOWN) + (uint64_t)mr * dt->row_bytes;
-        for (int t = j->s->cnt[e]; t < j->s->cnt[e + 1]; t++) {
-            const int r = j->s->list[t];
-            const float d = dt->ops.dot(F, dw, j->hin.base + (size_t)(r - j->r_base) * j->hin.stride);
-            j->s->eout[(size_t)r * E + mr] = d * j->s->selw[r];
-        }
-    }
+    (void)ith;
+    gather_job *j = p;
+    const int i = j->s->list[t] / j->K - j->r0;
+    memcpy(j->dst + (size_t)t * j->bytes, j->src.base + (size_t)i * j->src.stride, j->bytes);
+}
+
+static act_rows gather(tpool *pool, const qwen3moe_scratch *s, int K, int r0, int n_slots, act_rows src,
+                       size_t bytes, uint8_t *dst)
+{
+    gather_job j = { s, K, r0, src, dst, bytes };
+    run_rows(pool, n_slots, gather_row, &j);
+    act_rows a = { dst, bytes };
+    return a;
 }
 
 /* x[i] = (((e0 + e1) + e2) + ...) + x[i]: ggml's order of the expert adds,
@@ -414,11 +555,11 @@ static void moe_sum_row(void *p, int idx, int ith)
     (void)ith;
     moe_sum_job *j = p;
     const int i = j->r0 + idx, E = j->E, K = j->K;
-    const float *eo = j->s->eout + (size_t)i * K * E;
+    const int32_t *pos = j->s->pos + (size_t)i * K;   /* row-slot -> list position */
     float *x = j->s->x + (size_t)i * E;
     for (int c = 0; c < E; c++) {
-        float acc = eo[c];
-        for (int s = 1; s < K; s++) acc += eo[(size_t)s * E + c];
+        float acc = j->s->eout[(size_t)pos[0] * E + c];
+        for (int s = 1; s < K; s++) acc += j->s->eout[(size_t)pos[s] * E + c];
         x[c] = acc + x[c];
     }
 }
@@ -460,30 +601,10 @@ static int group_by_expert(const hparams *hp, qwen3moe_scratch *s, int r0, int n
     for (int i = r0; i < n; i++)
         for (int t = 0; t < K; t++) {
             const int r = i * K + t;
+            s->pos[r] = s->fill[s->sel[r]];
             s->list[s->fill[s->sel[r]]++] = r;
         }
     return n_used;
-}
-
-/* Quantize the hidden rows of the wave's row-slots for down: item i is
- * expert ex[i], whose row-slots are list[cnt[e] .. cnt[e+1]). Row-slot r
- * goes to dst + (r - r_base) * stride, as one quantization of all rows
- * would put it (the result of quantizing a row depends only on the row). */
-typedef struct hq_job {
-    const quant_ops *act; int64_t F;
-    qwen3moe_scratch *s; const int32_t *ex;
-    int r_base; size_t stride;
-} hq_job;
-
-static void hq_expert(void *p, int i, int ith)
-{
-    (void)ith;
-    hq_job *j = p;
-    const int e = j->ex[i];
-    for (int t = j->s->cnt[e]; t < j->s->cnt[e + 1]; t++) {
-        const int r = j->s->list[t];
-        j->act->quant(j->s->h + (size_t)r * (size_t)j->F, j->s->hq + (size_t)(r - j->r_base) * j->stride, j->F);
-    }
 }
 
 /* ==== Read-ahead ==== */
@@ -563,12 +684,17 @@ static int moe(const qwen3moe *m, const layer_weights *lw, qwen3moe_scratch *s, 
     const int n_used = group_by_expert(hp, s, r0, n);
     stats_moe(m, lw, &s->stats[s->chunk.phase & 1], nr, n_used);
 
-    /* gate and up inputs, for every wave; they share one quantization when
-     * their dot types agree */
+    /* gate and up inputs, quantized once per chunk (they share one
+     * quantization when their dot types agree) and gathered into list order */
+    const int n_slots = nr * K;
     act_rows xg = quantize_for(pool, &lw->gate_exps, xn, (size_t)E, nr, s->qa);
     act_rows xu = lw->up_exps.ops.dot_type == lw->gate_exps.ops.dot_type ? xg
                 : quantize_for(pool, &lw->up_exps, xn, (size_t)E, nr, s->qb);
+    const act_rows xgg = gather(pool, s, K, r0, n_slots, xg, (size_t)lw->gate_exps.act_bytes, s->xgg);
+    const act_rows xug = xu.base == xg.base ? xgg
+                       : gather(pool, s, K, r0, n_slots, xu, (size_t)lw->up_exps.act_bytes, s->xug);
     const int down_f32 = lw->down_exps.ops.dot_type == QTYPE_F32;
+    const int n_gu = (F + MOE_GU_ROWS - 1) / MOE_GU_ROWS, n_dn = (E + MOE_DN_ROWS - 1) / MOE_DN_ROWS;
 
     for (int done = 0; done < n_used;) {
         int32_t *ex = s->used + done;
@@ -580,25 +706,28 @@ static int moe(const qwen3moe *m, const layer_weights *lw, qwen3moe_scratch *s, 
         }
         /* the demand reads are queued: guess the next layer behind them */
         if (done == 0 && m->ra_from == QWEN3MOE_RA_ATTN) read_ahead(m, s, layer + 1, n, n_out);
-        int rc = expert_src_wait_layer(m->xs, layer, e);
-        if (rc) return rc;
-
-        gu_job gj = { m, lw, s, layer, r0, ex, k, xg, xu };
-        tpool_run(pool, gu_fn, &gj);
-
-        /* the wave's hidden rows in down's dot type */
-        down_job dj = { m, lw, s, layer, ex, k, { 0 }, r0 * K };
-        if (down_f32) {
-            dj.hin.base = (const uint8_t *)(s->h + (size_t)r0 * K * F);
-            dj.hin.stride = (size_t)F * sizeof(float);
-        } else {
-            hq_job hj = { &lw->down_exps.act, F, s, ex, r0 * K, (size_t)lw->down_exps.act_bytes };
-            run_rows(pool, k, hq_expert, &hj);
-            dj.hin.base = s->hq;
-            dj.hin.stride = (size_t)lw->down_exps.act_bytes;
+        const int per_expert = expert_src_can_wait_expert(m->xs);
+        if (!per_expert) {
+            int rc = expert_src_wait_layer(m->xs, layer, e);
+            if (rc) return rc;
         }
-        tpool_run(pool, down_fn, &dj);
+        for (int i = 0; i < k; i++) {
+            atomic_store_explicit(&s->xres[i], !per_expert, memory_order_relaxed);
+            atomic_store_explicit(&s->xleft[i], n_gu, memory_order_relaxed);
+            atomic_store_explicit(&s->xready[i], 0, memory_order_relaxed);
+        }
+        moe_job *j = &s->moe;   /* in the scratch: holds atomics, nothing allocated per chunk */
+        j->m = m; j->lw = lw; j->s = s; j->layer = layer;
+        j->ex = ex; j->n_ex = k; j->xg = xgg; j->xu = xug; j->down_f32 = down_f32;
+        j->n_gu = n_gu; j->n_dn = n_dn; j->n_items = (long)k * (n_gu + n_dn);
+        atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+        atomic_store_explicit(&j->failed, 0, memory_order_relaxed);
+        tpool_run(pool, moe_fn, j);
         expert_src_end_layer(m->xs, layer);
+        if (atomic_load(&j->failed)) {
+            err_setf(e, j->fail_rc, "%s", j->fail_err.msg);
+            return j->fail_rc;
+        }
         done += k;
     }
 

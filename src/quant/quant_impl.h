@@ -203,18 +203,27 @@ float quant_avx2_dot_q8_K(int64_t n, const void *w, const void *a);
 #define QUANT_GEMM_DECL(t) void quant_avx2_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, \
                                                     const void *a, size_t astride, int na, float *y, size_t ldy)
 /* quant_gemm_avx2.c: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 */
-#define QUANT_GEMM_AVX2_F32  NULL
-#define QUANT_GEMM_AVX2_F16  NULL
-#define QUANT_GEMM_AVX2_BF16 NULL
-#define QUANT_GEMM_AVX2_Q4_0 NULL
-#define QUANT_GEMM_AVX2_Q4_1 NULL
-#define QUANT_GEMM_AVX2_Q5_0 NULL
-#define QUANT_GEMM_AVX2_Q5_1 NULL
-#define QUANT_GEMM_AVX2_Q8_0 NULL
+QUANT_GEMM_DECL(f32);
+#define QUANT_GEMM_AVX2_F32  quant_avx2_gemm_f32
+QUANT_GEMM_DECL(f16);
+#define QUANT_GEMM_AVX2_F16  quant_avx2_gemm_f16
+QUANT_GEMM_DECL(bf16);
+#define QUANT_GEMM_AVX2_BF16 quant_avx2_gemm_bf16
+QUANT_GEMM_DECL(q4_0);
+#define QUANT_GEMM_AVX2_Q4_0 quant_avx2_gemm_q4_0
+QUANT_GEMM_DECL(q4_1);
+#define QUANT_GEMM_AVX2_Q4_1 quant_avx2_gemm_q4_1
+QUANT_GEMM_DECL(q5_0);
+#define QUANT_GEMM_AVX2_Q5_0 quant_avx2_gemm_q5_0
+QUANT_GEMM_DECL(q5_1);
+#define QUANT_GEMM_AVX2_Q5_1 quant_avx2_gemm_q5_1
+QUANT_GEMM_DECL(q8_0);
+#define QUANT_GEMM_AVX2_Q8_0 quant_avx2_gemm_q8_0
 /* quant_gemm_k_avx2.c: Q2_K Q3_K Q4_K Q5_K Q6_K */
 #define QUANT_GEMM_AVX2_Q2_K NULL
 #define QUANT_GEMM_AVX2_Q3_K NULL
-#define QUANT_GEMM_AVX2_Q4_K NULL
+QUANT_GEMM_DECL(q4_K);
+#define QUANT_GEMM_AVX2_Q4_K quant_avx2_gemm_q4_K
 #define QUANT_GEMM_AVX2_Q5_K NULL
 #define QUANT_GEMM_AVX2_Q6_K NULL
 

@@ -212,6 +212,107 @@ TEST(avx2_matches_scalar_bits)
     }
 }
 
+/* ops_attention_rows (and its AVX2 twin): row i of a tile at pos0 is
+ * memcmp-identical to ops_attention over pos0 + i + 1 positions, for every
+ * tile size, head size and K/V type; the AVX2 tile equals the scalar one.
+ * Rows are laid out with gaps (q_stride, out_stride > d) whose sentinels
+ * must survive, and the KV rows are strided like a cache with 2 KV heads
+ * (this head is the second). */
+#define AR_MAXPOS 340
+#define AR_MAXD   256
+#define AR_STRIDE (2 * AR_MAXD)
+static int rows_case(ops_attention_rows_fn fn, int f16, int d, int pos0, int nq, const float *tab)
+{
+    static float kf[AR_MAXPOS * AR_STRIDE], vf[AR_MAXPOS * AR_STRIDE];
+    static uint16_t kh[AR_MAXPOS * AR_STRIDE], vh[AR_MAXPOS * AR_STRIDE];
+    static float q[3 * OPS_ATTN_TILE * (AR_MAXD + 8)], out[3 * OPS_ATTN_TILE * (AR_MAXD + 8)], ref[AR_MAXD];
+    static float scores[OPS_ATTN_TILE * AR_MAXPOS], s1[AR_MAXPOS];
+    const size_t qs = (size_t)d + 5, os = (size_t)d + 3;   /* odd row gaps */
+    const int n_kv = pos0 + nq, stride = AR_STRIDE, off = d;
+    if (n_kv > AR_MAXPOS || d > AR_MAXD || nq > 3 * OPS_ATTN_TILE) return 0;
+    /* non-trivial magnitudes: |q.k| * scale reaches several units, so the
+     * softmax is neither flat nor one-hot */
+    for (int j = 0; j < n_kv * stride; j++) {
+        kf[j] = frand(2.5f); vf[j] = frand(4.0f);
+        kh[j] = fp32_to_fp16(kf[j]); vh[j] = fp32_to_fp16(vf[j]);
+    }
+    for (size_t i = 0; i < (size_t)nq * qs; i++) q[i] = frand(2.5f);
+    for (size_t i = 0; i < (size_t)nq * os; i++) out[i] = 12345.0f;
+    const void *k = f16 ? (const void *)(kh + off) : (const void *)(kf + off);
+    const void *v = f16 ? (const void *)(vh + off) : (const void *)(vf + off);
+    const float scale = 1.0f / sqrtf((float)d);
+    fn(out, os, q, qs, nq, k, f16, v, f16, stride, d, pos0, scale, scores, tab);
+    int bad = 0;
+    for (int i = 0; i < nq; i++) {
+        ops_attention(ref, q + (size_t)i * qs, k, f16, v, f16, stride, d, pos0 + i + 1, scale, s1, tab);
+        bad += memcmp(ref, out + (size_t)i * os, sizeof(float) * (size_t)d) != 0;
+        for (size_t g = (size_t)d; g < os; g++) bad += out[(size_t)i * os + g] != 12345.0f;
+        for (int t = 0; t < d; t++) bad += !(fabsf(ref[t]) <= 4.001f);   /* a convex mix of |v| <= 4 (f16 may round to 4) */
+    }
+    return bad;
+}
+
+TEST(attention_rows_match_per_row_bits)
+{
+    static float tab[65536];
+    ops_f16_table_init(tab);
+    ops_attention_rows_fn fns[2] = { ops_attention_rows, NULL };
+    if (cpu_best_isa() == CPU_ISA_AVX2) fns[1] = ops_avx2_attention_rows;
+    const int dims[] = { 64, 128, 256 }, pos_list[] = { 0, 1, 37, 300 };
+    int cases = 0;
+    for (int impl = 0; impl < 2; impl++) {
+        if (!fns[impl]) continue;
+        for (int f16 = 0; f16 < 2; f16++)
+            for (size_t t = 0; t < 3; t++)
+                for (size_t pi = 0; pi < 4; pi++)
+                    for (int nq = 1; nq <= OPS_ATTN_TILE; nq++) {
+                        int bad = rows_case(fns[impl], f16, dims[t], pos_list[pi], nq, tab);
+                        CHECK_MSG(bad == 0, "impl %d f16 %d d %d pos0 %d nq %d: %d bad", impl, f16, dims[t],
+                                  pos_list[pi], nq, bad);
+                        cases++;
+                    }
+        /* beyond the contract's shapes: d not a multiple of 8, and nq over
+         * the tile (run as consecutive tiles) */
+        for (int f16 = 0; f16 < 2; f16++) {
+            CHECK(rows_case(fns[impl], f16, 12, 37, 3, tab) == 0);
+            CHECK(rows_case(fns[impl], f16, 64, 5, 2 * OPS_ATTN_TILE + 3, tab) == 0);
+        }
+    }
+    CHECK(cases >= 2 * 3 * 4 * OPS_ATTN_TILE);
+    ops_kernels kern;
+    ops_kernels_get(cpu_best_isa(), &kern);
+    CHECK(kern.attention_rows == (cpu_best_isa() == CPU_ISA_AVX2 ? ops_avx2_attention_rows : ops_attention_rows));
+    ops_kernels_get(CPU_ISA_SCALAR, &kern);
+    CHECK(kern.attention_rows == ops_attention_rows);
+}
+
+/* The AVX2 tile returns the scalar tile's bits (mixed K/V types too). */
+TEST(avx2_rows_match_scalar_bits)
+{
+    if (cpu_best_isa() != CPU_ISA_AVX2) return;
+    static float tab[65536];
+    ops_f16_table_init(tab);
+    static float kf[80 * 128], vf[80 * 128];
+    static uint16_t kh[80 * 128], vh[80 * 128];
+    static float q[OPS_ATTN_TILE * 128], o1[OPS_ATTN_TILE * 128], o2[OPS_ATTN_TILE * 128];
+    static float s1[OPS_ATTN_TILE * 80], s2[OPS_ATTN_TILE * 80];
+    const int d = 128, pos0 = 70;
+    for (int j = 0; j < 80 * 128; j++) {
+        kf[j] = frand(3.0f); vf[j] = frand(3.0f);
+        kh[j] = fp32_to_fp16(kf[j]); vh[j] = fp32_to_fp16(vf[j]);
+    }
+    for (int i = 0; i < OPS_ATTN_TILE * d; i++) q[i] = frand(3.0f);
+    for (int mode = 0; mode < 4; mode++) {
+        const int k16 = mode & 1, v16 = mode >> 1;
+        const void *k = k16 ? (const void *)kh : (const void *)kf, *v = v16 ? (const void *)vh : (const void *)vf;
+        for (int nq = 1; nq <= OPS_ATTN_TILE; nq++) {
+            ops_attention_rows(o1, (size_t)d, q, (size_t)d, nq, k, k16, v, v16, d, d, pos0, 0.09f, s1, tab);
+            ops_avx2_attention_rows(o2, (size_t)d, q, (size_t)d, nq, k, k16, v, v16, d, d, pos0, 0.09f, s2, tab);
+            CHECK_MSG(memcmp(o1, o2, sizeof(float) * (size_t)(nq * d)) == 0, "mode %d nq %d", mode, nq);
+        }
+    }
+}
+
 int main(void)
 {
     RUN(rmsnorm_matches_f64);
@@ -223,5 +324,7 @@ int main(void)
     RUN(dots_match_f64);
     RUN(attention_matches_f64);
     RUN(avx2_matches_scalar_bits);
+    RUN(attention_rows_match_per_row_bits);
+    RUN(avx2_rows_match_scalar_bits);
     return test_summary("ops");
 }

@@ -14,7 +14,7 @@ SHAPE="--layers 8 --experts 64 --experts-used 4 --embd 256 --ff-exp 64 --heads 4
 case "${1:-}" in
 prepare)
     build/strata mkmodel -o "$W/skeleton.gguf" --preset tiny $SHAPE --type f32 -q
-    $PY tools/train/make_corpus.py "$W/skeleton.gguf" .train_data --n-chat 30000
+    $PY tools/train/make_corpus.py "$W/skeleton.gguf" .train_data --n-chat 40000
     $PY - "$W/skeleton.gguf" <<'EOF'
 import json, sys
 sys.path.insert(0, "tests/ref")

@@ -14,7 +14,8 @@ one the model is trained with; tools/train/build.sh makes it). Writes
   eval/tf_toolcall.txt, eval/tf_chat.txt  teacher-forced corpora (docs/EVAL.md format)
 
 Sources: generated tool-calling conversations (tools/train/opsgen.py), prose from
-Debian's bible-kjv (`bible -l0`, public domain) and data/corpus.txt. Deterministic.
+Debian's bible-kjv (`bible -l0`, public domain) and data/corpus.txt; open names from Debian's
+wamerican word list, balanced by BPE piece (opsgen.CopyVocab). Deterministic.
 """
 import json
 import os
@@ -119,21 +120,36 @@ def main(argv):
     tok = Tok(skel)
     r = random.Random(7)
 
-    # ---- training documents
-    docs = []   # (ids, mask)
-    g = opsgen.Gen("train", 1)
-    for i in range(n_chat):
-        c = g.case()
-        docs.append(conv_ids(tok, opsgen.render(c["full"], c["tools"], False)))
-        if i % 5000 == 0:
-            print("chat", i, len(docs[-1][0]), file=sys.stderr)
-    n_tool = len(docs)
+    # ---- prose (training books + data/corpus.txt): prose documents and phrase spans for names
     paras = []
     for b in TRAIN_BOOKS:
         paras += bible(b)
     with open(os.path.join(ROOT, "data", "corpus.txt"), encoding="utf-8") as f:
         paras += [p.strip() for p in f.read().split("\n\n") if len(p.strip()) > 40]
     print("prose paragraphs", len(paras), file=sys.stderr)
+    if len(paras) < 1000:
+        sys.exit("make_corpus: too little prose (is Debian's bible-kjv installed?)")
+
+    # ---- training documents: tool conversations with token-balanced open names (opsgen.CopyVocab)
+    words = opsgen._dict_words()
+    if not words:
+        sys.exit("make_corpus: no word list (is Debian's wamerican installed?)")
+    texts = [t.decode("utf-8", "replace") for t in tok.ref.tokens]
+    vocab = opsgen.CopyVocab(words, tok.encode, texts, spans=paras)
+    docs = []   # (ids, mask)
+    g = opsgen.Gen("train", 1, vocab)
+    copy_cnt = np.zeros(len(texts), dtype=np.int64)   # tokens of string argument values in tool calls
+    for i in range(n_chat):
+        c = g.case()
+        docs.append(conv_ids(tok, opsgen.render(c["full"], c["tools"], False)))
+        for m in c["full"]:
+            for tc in m.get("tool_calls") or []:
+                for v in tc["function"]["arguments"].values():
+                    if isinstance(v, str):
+                        np.add.at(copy_cnt, tok.encode(json.dumps(v, ensure_ascii=False)), 1)
+        if i % 5000 == 0:
+            print("chat", i, len(docs[-1][0]), file=sys.stderr)
+    n_tool = len(docs)
     for p in paras * 4:   # prose is scarce: four passes (different chat/plain framing)
         if r.random() < 0.3:
             segs = opsgen.render(chat_prose(r, p), None, False)
@@ -145,6 +161,17 @@ def main(argv):
     mask = np.array([m for d in docs for m in d[1]], dtype=np.uint8)
     np.savez_compressed(os.path.join(outdir, "train.npz"), ids=ids, mask=mask)
     lens = [len(d[0]) for d in docs[:]]
+    stream = np.bincount(ids, minlength=len(texts))
+    letters = [t for t, x in enumerate(texts) if x.lstrip("Ġ").isalpha() and x.lstrip("Ġ").isascii()]
+    tok_stats = {"stream_under_100": int((stream < 100).sum()), "stream_never": int((stream == 0).sum()),
+                 "letter_tokens": len(letters),
+                 "letter_tokens_in_copy_ge_10": int((copy_cnt[letters] >= 10).sum()),
+                 "letter_tokens_in_copy_0": int((copy_cnt[letters] == 0).sum()),
+                 "examples": {texts[t]: [int(stream[t]), int(copy_cnt[t])] for t in
+                              (tok.ref.ids.get(x.encode()) for x in ("ris", "met", "outing", "Ġdu", "stre", "ups",
+                                                                     "gra", "ik", "se", "fe", "ri"))
+                              if t is not None}}
+    print("token coverage", json.dumps(tok_stats), file=sys.stderr)
     print("train tokens %d (%d tool convs, %d prose docs), max doc %d, masked-in %.1f%%" % (
         len(ids), n_tool, len(docs) - n_tool, max(lens), 100 * mask.mean()), file=sys.stderr)
 
@@ -200,7 +227,7 @@ def main(argv):
     np.save(os.path.join(outdir, "agree_off.npy"), off)
     meta = {"n_train_tokens": int(len(ids)), "n_tool_convs": n_tool, "n_prose_docs": len(docs) - n_tool,
             "n_val_tokens": int(sum(len(d[0]) for d in vd)), "max_doc": int(max(lens)),
-            "agree_lens": [len(a) for a in agree]}
+            "agree_lens": [len(a) for a in agree], "tokens": tok_stats}
     with open(os.path.join(outdir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print(json.dumps(meta), file=sys.stderr)

@@ -62,22 +62,141 @@ def _split(pool, part):
     return [w for i, w in enumerate(pool) if (i % 4 == 3) == (part == "heldout")]
 
 
-def _dict_words():
-    """Open vocabulary for training names: Debian wamerican words (3-10 lower-case letters), minus
-    every held-out pool word, so names cannot be memorised as a closed set and copying is learned."""
-    try:
-        with open("/usr/share/dict/american-english", encoding="utf-8") as f:
-            ws = [w.strip() for w in f]
-    except OSError:
-        return []
+def held_words():
+    """Every held-out pool word (split at '-') and every held-out phrase: never a training name."""
     held = set()
     for pool in (_WORDS, _NS, _FLAG_A, _FLAG_B, _DB, _TEAM, _SECRET):
         for w in _split(pool, "heldout"):
             held.update(w.split("-"))
     for ph in _split(_PROBLEMS, "heldout") + _split(_RESOLUTIONS, "heldout"):
         held.add(ph)
-    return sorted({w for w in ws if w.isascii() and w.isalpha() and w.islower() and 3 <= len(w) <= 10
+    return held
+
+
+def _dict_words():
+    """Open vocabulary for training names: Debian wamerican words (2-12 lower-case letters), minus
+    every held-out pool word, so names cannot be memorised as a closed set and copying is learned."""
+    try:
+        with open("/usr/share/dict/american-english", encoding="utf-8") as f:
+            ws = [w.strip() for w in f]
+    except OSError:
+        return []
+    held = held_words()
+    return sorted({w for w in ws if w.isascii() and w.isalpha() and w.islower() and 2 <= len(w) <= 12
                    and w not in held})
+
+
+# function words for generated phrases (held-out titles and resolutions have them: "duplicate of an
+# older ticket", "emails not being delivered"); 2-letter words are not in the open word list
+_STOP = ("of an a the on in to by for at is be not no and or with from after before over under into as "
+         "it its this that was were are being been has had all some any more less than then now up out "
+         "off down per via new old").split()
+
+
+class CopyVocab:
+    """Training names and phrases whose BPE pieces cover the whole vocabulary (copy practice).
+
+    The model copies argument values from the request into the tool call, where the first word
+    loses its leading space and so is spelled with other pieces (' risk' -> 'Ġr' 'isk' in the
+    request, 'ris' 'k' in the JSON). A word drawn uniformly from a dictionary puts frequent pieces
+    in copy position again and again and rare ones almost never, and the model then writes a
+    frequent piece for a rare one. So draws here are balanced by piece: count every piece that
+    a drawn name puts into copy position (its bare and its space-prefixed tokenisation), and
+      - 'piece' draws (55%): take the least-used of 8 random pieces, then a random word that
+        contains it (so every piece found in some word is drawn about equally often);
+      - 'string' draws (25%): 1-3 least-used bare letter pieces of the vocabulary joined, e.g.
+        'ris' + 'outing' (pieces no dictionary word produces get practice too);
+      - 'plain' draws (20%): a uniform dictionary word (natural names).
+    Phrases mix these with function words, capitalised words, acronyms and commas, or are
+    word spans of the training prose (spans). Held-out words and phrases are never produced.
+    Deterministic given the caller's random.Random."""
+
+    def __init__(self, words, encode, token_texts, spans=()):
+        self.words = words
+        self.encode = encode
+        self.held = held_words()
+        self.cnt = {}
+        idx = {}
+        for w in words:
+            for t in set(encode(w)) | set(encode(" " + w)):
+                idx.setdefault(t, []).append(w)
+        self.idx = idx
+        self.toks = sorted(idx)
+        # bare lower-case letter pieces (GPT-2 byte alphabet: a leading space is 'Ġ')
+        self.pieces = [t for t, s in enumerate(token_texts)
+                       if s.isascii() and s.isalpha() and s.islower() and not s.startswith("Ġ")]
+        self.piece_text = {t: token_texts[t] for t in self.pieces}
+        self.spans = list(spans)
+        self.stop = [w for w in _STOP if w not in self.held]
+
+    def use(self, text):
+        for t in self.encode(text) + self.encode(" " + text):
+            self.cnt[t] = self.cnt.get(t, 0) + 1
+
+    def _least(self, r, cands, k=8):
+        best = None
+        for _ in range(k):
+            t = r.choice(cands)
+            if best is None or self.cnt.get(t, 0) < self.cnt.get(best, 0):
+                best = t
+        return best
+
+    def word(self, r):
+        x = r.random()
+        while True:
+            if x < 0.55:
+                w = r.choice(self.idx[self._least(r, self.toks)])
+            elif x < 0.8:
+                w = "".join(self.piece_text[self._least(r, self.pieces)] for _ in range(r.randint(1, 3)))
+                if not 3 <= len(w) <= 14:
+                    continue
+            else:
+                w = r.choice(self.words)
+            if w not in self.held:
+                self.use(w)
+                return w
+
+    def phrase(self, r):
+        if self.spans and r.random() < 0.3:
+            while True:
+                p = r.choice(self.spans)
+                ws = p.split()
+                n = r.randint(2, 7)
+                if len(ws) < n:
+                    continue
+                i = r.randrange(len(ws) - n + 1)
+                ws = [w for w in ws[i:i + n]]
+                ws[-1] = ws[-1].rstrip(",")
+                if not all(_SPAN_WORD.match(w) for w in ws):
+                    continue
+                ph = " ".join(ws)
+                if r.random() < 0.5:
+                    ph = ph.lower()
+                if ph in self.held or any(w.strip(",").lower() in self.held for w in ws):
+                    continue
+                self.use(ph)
+                return ph
+        ws = []
+        for i in range(r.randint(2, 6)):
+            x = r.random()
+            if i > 0 and x < 0.3:
+                w = r.choice(self.stop)
+                self.use(w)
+            elif x < 0.36:
+                w = "".join(r.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(r.randint(2, 4)))
+                self.use(w)
+            elif x < 0.42:
+                w = self.word(r).capitalize()
+            else:
+                w = self.word(r)
+            ws.append(w)
+        ph = ws[0]
+        for w in ws[1:]:
+            ph += ("," if r.random() < 0.08 else "") + " " + w
+        return ph
+
+
+_SPAN_WORD = __import__("re").compile(r"^[A-Za-z][a-z]*(-[a-z]+)?,?$")
 
 
 class Pools:
@@ -147,21 +266,29 @@ SYSTEMS = [None, None, "You are an operations assistant.",
 # ------------------------------------------------------------- requests ----
 
 class Gen:
-    def __init__(self, part, seed):
+    def __init__(self, part, seed, vocab=None):
+        """vocab: a CopyVocab for the training split (token-balanced open names); without one the
+        training split draws open names uniformly from the word list. The held-out split never
+        draws open names, so its random stream does not depend on vocab."""
         self.p = Pools(part)
         self.r = random.Random(seed)
+        self.vocab = vocab if part == "train" else None
 
     def c(self, xs):
         return self.r.choice(xs)
 
     # open-vocabulary draws (training only: the held-out RNG stream is unchanged)
     def op(self):
-        return bool(self.p.open) and self.r.random() < 0.7
+        return bool(self.p.open) and self.r.random() < (0.85 if self.vocab else 0.7)
 
     def ow(self):
+        if self.vocab:
+            return self.vocab.word(self.r)
         return self.c(self.p.open)
 
     def phrase(self):
+        if self.vocab:
+            return self.vocab.phrase(self.r)
         return " ".join(self.ow() for _ in range(self.r.randint(2, 6)))
 
     # entities

@@ -1,0 +1,293 @@
+/* gemm: single-thread throughput of the matmul kernels (quant.h
+ * quant_gemm) for every type with quant_ops, against the plain dot loop,
+ * as fractions of this machine's measured peak.
+ *
+ *   gemm [--quick] [-o md|csv] [--type NAME]
+ *
+ * For each type (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K
+ * Q6_K, AVX2 quant_ops), each shape (K=2048 x 768 weight rows, K=768 x 2048
+ * weight rows: a MoE expert's gate/up and down matrices) and each number of
+ * activation rows na in 1 4 8 16 64, it times
+ *   (a) dot loop: quant_gemm with .gemm = NULL (nw x na calls of ops.dot),
+ *   (b) gemm:     quant_gemm with the type's blocked kernel ("-" if none),
+ * each as the median of several repetitions (one repetition: enough calls to
+ * last >= 20 ms, 4 ms with --quick), and prints GOPS = 2 * K * nw * na / time,
+ * the speedup (b)/(a), and (b) as a fraction of the peak measured in the same
+ * run by two in-file probes:
+ *   int8 peak: independent _mm256_maddubs_epi16 -> _mm256_madd_epi16 ->
+ *     _mm256_add_epi32 chains, 64 ops per maddubs (32 byte pairs, 2 ops per
+ *     multiply-add); the reference for the integer formats;
+ *   fp32 peak: independent _mm256_fmadd_ps chains, 16 ops per FMA; the
+ *     reference for F32/F16/BF16.
+ * Weights are quantized with ops.quant from random floats, activations with
+ * the dot type's act_quant. The bench also checks that (b) equals (a) bit
+ * for bit and says MISMATCH when it does not. About 30-60 s by default.
+ * Single thread: run it on an otherwise idle core for stable figures. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "quant/quant.h"
+#include "quant/qtype.h"
+#include "util/cpu.h"
+#include "util/err.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t rng_next(uint64_t *s)   /* splitmix64 */
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Roughly Gaussian (sum of 4 uniforms), scale varying every 32 values. */
+static void gen_floats(uint64_t *s, float *x, int64_t n)
+{
+    float scale = 1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        if (i % 32 == 0) scale = 0.25f + (float)(rng_next(s) >> 40) * (1.0f / 16777216.0f) * 2.0f;
+        double u = 0;
+        for (int k = 0; k < 4; k++) u += (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
+        x[i] = (float)((u - 2.0) * 1.7) * scale;
+    }
+}
+
+/* ==== Peak probes ====
+ * The asm barriers make the compiler treat the operands as changing every
+ * iteration (so nothing is hoisted) without emitting any instruction. */
+
+#define PROBE_CHAINS 8
+static double probe_int8_gops(double min_s)
+{
+    __m256i x[PROBE_CHAINS], acc[PROBE_CHAINS];
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int k = 0; k < PROBE_CHAINS; k++) {
+        x[k] = _mm256_set1_epi8((char)(k + 1));
+        acc[k] = _mm256_setzero_si256();
+    }
+    const __m256i yv = _mm256_set1_epi8(3);
+    const long iters = 1 << 16;
+    double best = 0;
+    const double t_end = now_s() + min_s;
+    do {
+        const double t0 = now_s();
+        for (long it = 0; it < iters; it++) {
+            for (int k = 0; k < PROBE_CHAINS; k++) __asm__ volatile("" : "+x"(x[k]));
+            for (int k = 0; k < PROBE_CHAINS; k++)
+                acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(x[k], yv), ones));
+        }
+        const double t = now_s() - t0;
+        const double g = (double)iters * PROBE_CHAINS * 64 / t * 1e-9;
+        if (g > best) best = g;
+    } while (now_s() < t_end);
+    int sink = 0;
+    for (int k = 0; k < PROBE_CHAINS; k++) sink += _mm256_extract_epi32(acc[k], 0);
+    if (sink == 42) fputc(' ', stderr);
+    return best;
+}
+
+#define FMA_CHAINS 12
+static double probe_fp32_gops(double min_s)
+{
+    __m256 acc[FMA_CHAINS];
+    __m256 xv = _mm256_set1_ps(0.999999f), yv = _mm256_set1_ps(1e-7f);
+    for (int k = 0; k < FMA_CHAINS; k++) acc[k] = _mm256_set1_ps((float)k);
+    const long iters = 1 << 16;
+    double best = 0;
+    const double t_end = now_s() + min_s;
+    do {
+        const double t0 = now_s();
+        for (long it = 0; it < iters; it++) {
+            __asm__ volatile("" : "+x"(xv), "+x"(yv));
+            for (int k = 0; k < FMA_CHAINS; k++) acc[k] = _mm256_fmadd_ps(acc[k], xv, yv);
+        }
+        const double t = now_s() - t0;
+        const double g = (double)iters * FMA_CHAINS * 16 / t * 1e-9;
+        if (g > best) best = g;
+    } while (now_s() < t_end);
+    float sink = 0;
+    for (int k = 0; k < FMA_CHAINS; k++) sink += _mm256_cvtss_f32(acc[k]);
+    if (sink == 42.0f) fputc(' ', stderr);
+    return best;
+}
+
+/* ==== Kernel timing ==== */
+
+typedef struct shape { int64_t k; int nw; } shape;
+static const shape k_shapes[] = { { 2048, 768 }, { 768, 2048 } };
+static const int k_nas[] = { 1, 4, 8, 16, 64 };
+static const int k_types[] = { QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,
+                               QTYPE_Q8_0, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K };
+#define N_SHAPES ((int)(sizeof k_shapes / sizeof k_shapes[0]))
+#define N_NAS ((int)(sizeof k_nas / sizeof k_nas[0]))
+#define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
+#define MAX_NA 64
+
+typedef struct run_cfg { int reps; double min_rep_s; } run_cfg;
+
+/* Median seconds per call of quant_gemm(ops, ...). */
+static double time_gemm(const run_cfg *cfg, const quant_ops *ops, int64_t k, const void *w, size_t wstride, int nw,
+                        const void *a, size_t astride, int na, float *y)
+{
+    /* calibrate: calls per repetition */
+    long calls = 1;
+    for (;;) {
+        const double t0 = now_s();
+        for (long i = 0; i < calls; i++) quant_gemm(ops, k, w, wstride, nw, a, astride, na, y, (size_t)nw);
+        const double t = now_s() - t0;
+        if (t >= cfg->min_rep_s * 0.5 || calls > (1L << 24)) {
+            if (t < cfg->min_rep_s) calls = (long)ceil((double)calls * cfg->min_rep_s / (t > 1e-9 ? t : 1e-9));
+            break;
+        }
+        calls *= 4;
+    }
+    double ts[16];
+    const int reps = cfg->reps < 16 ? cfg->reps : 16;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = now_s();
+        for (long i = 0; i < calls; i++) quant_gemm(ops, k, w, wstride, nw, a, astride, na, y, (size_t)nw);
+        ts[r] = (now_s() - t0) / (double)calls;
+    }
+    qsort(ts, (size_t)reps, sizeof ts[0], cmp_d);
+    return ts[reps / 2];
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: gemm [--quick] [-o md|csv] [--type NAME]\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, csv = 0, only = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+            const char *f = argv[++i];
+            if (!strcmp(f, "csv")) csv = 1;
+            else if (strcmp(f, "md")) return usage();
+        } else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
+            only = qtype_from_name(argv[++i]);
+            if (only < 0) { fprintf(stderr, "gemm: unknown type %s\n", argv[i]); return 2; }
+        } else return usage();
+    }
+    const cpu_features f = cpu_detect();
+    if (!(f.avx2 && f.fma && f.f16c)) {
+        fprintf(stderr, "gemm: this CPU lacks AVX2+FMA+F16C; nothing to measure\n");
+        return 1;
+    }
+    const run_cfg cfg = { quick ? 3 : 5, quick ? 0.004 : 0.02 };
+
+    const double int8_peak = probe_int8_gops(quick ? 0.1 : 0.3);
+    const double fp32_peak = probe_fp32_gops(quick ? 0.1 : 0.3);
+
+    int64_t max_elems = 0;
+    for (int s = 0; s < N_SHAPES; s++)
+        if (k_shapes[s].k * k_shapes[s].nw > max_elems) max_elems = k_shapes[s].k * k_shapes[s].nw;
+    int64_t max_k = 0;
+    for (int s = 0; s < N_SHAPES; s++)
+        if (k_shapes[s].k > max_k) max_k = k_shapes[s].k;
+    int max_nw = 0;
+    for (int s = 0; s < N_SHAPES; s++)
+        if (k_shapes[s].nw > max_nw) max_nw = k_shapes[s].nw;
+
+    float *wf = malloc(sizeof(float) * (size_t)max_elems);
+    float *af = malloc(sizeof(float) * (size_t)(max_k * MAX_NA));
+    /* the widest row any type needs: F32, 4 bytes per element */
+    void *w = malloc(sizeof(float) * (size_t)max_elems);
+    void *a = malloc(sizeof(float) * (size_t)(max_k * MAX_NA));
+    float *y1 = malloc(sizeof(float) * (size_t)max_nw * MAX_NA), *y2 = malloc(sizeof(float) * (size_t)max_nw * MAX_NA);
+    if (!wf || !af || !w || !a || !y1 || !y2) { fprintf(stderr, "gemm: out of memory\n"); return 1; }
+    uint64_t seed = 12345;
+    gen_floats(&seed, wf, max_elems);
+    gen_floats(&seed, af, max_k * MAX_NA);
+
+    if (csv) printf("type,k,nw,na,dot_gops,gemm_gops,speedup,peak,peak_gops,dot_frac,gemm_frac,match\n");
+    else {
+        printf("# gemm: single thread, %s\n", quick ? "--quick" : "default run");
+        printf("# int8 peak (maddubs->madd->add chains): %.1f GOPS; fp32 peak (FMA chains): %.1f GOPS\n\n",
+               int8_peak, fp32_peak);
+        printf("| type | K x rows | na | dot-loop GOPS | gemm GOPS | speedup | dot/peak | gemm/peak |\n");
+        printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+    }
+    fflush(stdout);
+    int mismatches = 0;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const int t = k_types[ti];
+        if (only >= 0 && t != only) continue;
+        quant_ops ops, aops;
+        err e;
+        err_clear(&e);
+        if (quant_ops_get(t, CPU_ISA_AVX2, &ops, &e) || quant_ops_get(ops.dot_type, CPU_ISA_AVX2, &aops, &e)) {
+            fprintf(stderr, "gemm: %s: %s\n", qtype_name(t), e.msg);
+            continue;
+        }
+        quant_ops loop = ops;
+        loop.gemm = NULL;
+        const int is_float = t == QTYPE_F32 || t == QTYPE_F16 || t == QTYPE_BF16;
+        const double peak = is_float ? fp32_peak : int8_peak;
+        for (int si = 0; si < N_SHAPES; si++) {
+            const int64_t k = k_shapes[si].k;
+            const int nw = k_shapes[si].nw;
+            uint64_t wrow = 0, arow = 0;
+            if (qtype_row_bytes(t, k, &wrow, &e) || qtype_row_bytes(ops.dot_type, k, &arow, &e)) {
+                fprintf(stderr, "gemm: %s: %s\n", qtype_name(t), e.msg);
+                continue;
+            }
+            for (int r = 0; r < nw; r++) ops.quant(wf + (int64_t)r * k, (uint8_t *)w + (size_t)r * wrow, k);
+            for (int c = 0; c < MAX_NA; c++) aops.act_quant(af + (int64_t)c * k, (uint8_t *)a + (size_t)c * arow, k);
+            for (int ni = 0; ni < N_NAS; ni++) {
+                const int na = k_nas[ni];
+                const double flops = 2.0 * (double)k * nw * na;
+                const double t_dot = time_gemm(&cfg, &loop, k, w, wrow, nw, a, arow, na, y1);
+                const double g_dot = flops / t_dot * 1e-9;
+                double g_gemm = 0;
+                int match = 1;
+                if (ops.gemm) {
+                    const double t_gemm = time_gemm(&cfg, &ops, k, w, wrow, nw, a, arow, na, y2);
+                    g_gemm = flops / t_gemm * 1e-9;
+                    match = !memcmp(y1, y2, sizeof(float) * (size_t)nw * (size_t)na);
+                    if (!match) mismatches++;
+                }
+                if (csv) {
+                    printf("%s,%lld,%d,%d,%.2f,%.2f,%.3f,%s,%.1f,%.3f,%.3f,%s\n", qtype_name(t), (long long)k, nw, na,
+                           g_dot, g_gemm, ops.gemm ? g_gemm / g_dot : 0.0, is_float ? "fp32" : "int8", peak,
+                           g_dot / peak, g_gemm / peak, ops.gemm ? (match ? "yes" : "MISMATCH") : "-");
+                } else if (ops.gemm) {
+                    printf("| %s | %lld x %d | %d | %.1f | %.1f | %.2fx | %.0f%% | %.0f%%%s |\n", qtype_name(t),
+                           (long long)k, nw, na, g_dot, g_gemm, g_gemm / g_dot, 100 * g_dot / peak,
+                           100 * g_gemm / peak, match ? "" : " MISMATCH");
+                } else {
+                    printf("| %s | %lld x %d | %d | %.1f | - | - | %.0f%% | - |\n", qtype_name(t), (long long)k, nw,
+                           na, g_dot, 100 * g_dot / peak);
+                }
+                fflush(stdout);
+            }
+        }
+    }
+    if (!csv) printf("\npeaks: int8 %.1f GOPS (integer types), fp32 %.1f GOPS (F32/F16/BF16)\n", int8_peak, fp32_peak);
+    free(wf); free(af); free(w); free(a); free(y1); free(y2);
+    if (mismatches) {
+        fprintf(stderr, "gemm: %d gemm results differ from the dot loop\n", mismatches);
+        return 1;
+    }
+    return 0;
+}
