@@ -157,6 +157,21 @@ for name in ("prompt", "decode"):
 assert st["phases"]["decode"]["chunks"] == 23 and st["phases"]["prompt"]["chunks"] == 1
 assert r["timings"]["generated_tokens"] == 24
 EOF
+# a streamed prompt in several chunks reads each expert it needs at most
+# once per chunk (no read-ahead: every read is a demand of that chunk)
+for a in 1500K 0; do
+    exits 0 "streamed prompt in chunks (arena $a)" $STRATA run -m "$S" -p "$P" -n 1 --temp 0 -b 5 --arena $a \
+        --report-json "$tmp/rep_b.json"
+    check "each needed expert read at most once per chunk (arena $a)" "$PYTHON" - "$tmp/rep_b.json" <<'EOF'
+import json, sys
+st = json.load(open(sys.argv[1]))["stream"]
+chunks = [c for c in st["chunks"] if c["phase"] == "prompt"]
+assert len(chunks) >= 3, len(chunks)
+for c in chunks:
+    assert c["lookups"] > 0 and c["streamed_in"] <= c["lookups"], c
+    assert c["streamed_in"] == c["misses"], c
+EOF
+done
 exits 0 "STRATA_TRACE=1" env STRATA_TRACE=1 $STRATA run -m "$S" -p "$P" -n 4 --temp 0 --arena 0
 check "STRATA_TRACE=1 prints the trace" has "$tmp/err" "^expert stream decode 3 tokens"
 exits 0 "--arena auto" $STRATA run -m "$S" -p "$P" -n 4 --temp 0 --arena auto --evict lfu

@@ -508,6 +508,75 @@ TEST(test_faults)
     }
 }
 
+/* Per-expert waiting (the forward's pipelined path): experts become usable
+ * one by one; a failed read is returned for its own entry only, the wave
+ * stays pinned until end_layer, and the store is consistent afterwards; a
+ * failed guess is read again as a demand. */
+static int run_layer_each(fixture *f, int l, int32_t *ex, int n, err *e)
+{
+    const int k = expert_src_begin_layer(f->src, l, ex, n, e);
+    if (k != n) return k < 0 ? k : -100;
+    int rc = 0;
+    for (int i = 0; i < k && rc == 0; i++) {
+        rc = expert_src_wait_expert(f->src, l, i, e);
+        if (rc == 0 && !part_ok(f->src, l, ex[i])) rc = -101;
+    }
+    expert_src_end_layer(f->src, l);
+    return rc;
+}
+
+TEST(test_wait_expert)
+{
+    for (int m = 0; m < 2; m++) {
+        fixture f;
+        CHECK(fx_open(&f, 40 * 16384, XSTORE_EVICT_LRU, k_io[m], 0, 2) == 0);
+        if (!f.s) continue;
+        CHECK(expert_src_can_wait_expert(f.src));
+        err e;
+        err_clear(&e);
+        xstore_chunk_begin(f.s, XSTORE_PROMPT, 1);
+        int32_t a[4] = { 1, 2, 3, 9 };
+        CHECK_EQ_INT(run_layer_each(&f, 0, a, 4, &e), 0);
+        int32_t b[3] = { 2, 9, 6 };   /* two resident, one read */
+        CHECK_EQ_INT(run_layer_each(&f, 0, b, 3, &e), 0);
+        xstore_chunk_end(f.s);
+        CHECK(check_ok(&f));
+
+        /* the second read fails: entry 0 is fine, entry 1 is the error */
+        xio_fault flt = { .kind = XIO_FAULT_EIO, .nth = 2 };
+        xstore_set_fault(f.s, &flt);
+        xstore_chunk_begin(f.s, XSTORE_PROMPT, 1);
+        int32_t c[2] = { 4, 5 };
+        CHECK_EQ_INT(expert_src_begin_layer(f.src, 1, c, 2, &e), 2);
+        CHECK_EQ_INT(expert_src_wait_expert(f.src, 1, 0, &e), 0);
+        CHECK(part_ok(f.src, 1, c[0]));
+        CHECK(expert_src_wait_expert(f.src, 1, 1, &e) == ERR_IO);
+        CHECK_MSG(strstr(e.msg, "of layer 1") && strstr(e.msg, "file offset"), "%s", e.msg);
+        CHECK(expert_src_wait_expert(f.src, 1, 2, &e) == ERR_INTERNAL);   /* no such entry */
+        expert_src_end_layer(f.src, 1);
+        xstore_chunk_end(f.s);
+        CHECK(check_ok(&f));
+        /* asked again, it is read again and is right */
+        xstore_chunk_begin(f.s, XSTORE_PROMPT, 1);
+        int32_t c2[2] = { 4, 5 };
+        CHECK_EQ_INT(run_layer_each(&f, 1, c2, 2, &e), 0);
+        xstore_chunk_end(f.s);
+
+        /* a failed prefetch is read again by the demand */
+        flt = (xio_fault){ .kind = XIO_FAULT_EIO, .nth = 1, .every = 1, .only = 2 };
+        xstore_set_fault(f.s, &flt);
+        xstore_chunk_begin(f.s, XSTORE_DECODE, 1);
+        const int32_t g[2] = { 11, 12 };
+        expert_src_prefetch(f.src, 3, g, 2);
+        int32_t d[2] = { 11, 12 };
+        CHECK_EQ_INT(run_layer_each(&f, 3, d, 2, &e), 0);
+        xstore_chunk_end(f.s);
+        xstore_set_fault(f.s, NULL);
+        CHECK(check_ok(&f));
+        fx_close(&f);
+    }
+}
+
 /* O_DIRECT with an all-aligned layout (both backends). */
 TEST(test_direct)
 {
@@ -555,6 +624,7 @@ int main(void)
     RUN(test_stream_mode);
     RUN(test_warm);
     RUN(test_faults);
+    RUN(test_wait_expert);
     RUN(test_direct);
     unlink(g_path);
     return test_summary("xstore");
