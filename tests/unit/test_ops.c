@@ -247,7 +247,8 @@ static int rows_case(ops_attention_rows_fn fn, int f16, int d, int pos0, int nq,
         ops_attention(ref, q + (size_t)i * qs, k, f16, v, f16, stride, d, pos0 + i + 1, scale, s1, tab);
         bad += memcmp(ref, out + (size_t)i * os, sizeof(float) * (size_t)d) != 0;
         for (size_t g = (size_t)d; g < os; g++) bad += out[(size_t)i * os + g] != 12345.0f;
-        for (int t = 0; t < d; t++) bad += !(fabsf(ref[t]) <= 4.001f);   /* a convex mix of |v| <= 4 (f16 may round to 4) */
+        /* a convex mix of |v| <= 4 (f16 may round to 4.0) */
+        for (int t = 0; t < d; t++) bad += !(fabsf(ref[t]) <= 4.001f);
     }
     return bad;
 }
