@@ -25,6 +25,7 @@
 #include "model/ops.h"
 #include "model/weights.h"
 #include "quant/qtype.h"
+#include "route/route.h"
 #include "runtime/session.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -50,6 +51,9 @@ struct engine {
     char        *chat_template;  /* owned copy of tokenizer.chat_template, or NULL */
     char         desc[512];
     double       load_ms;
+    route_policy *route;         /* the routing policy (immutable) */
+    char         route_desc[1024]; /* its canonical string */
+    route_counters route_ctr[ROUTE_N_ARMS]; /* written by the forward */
 };
 
 /* "1.23 GB" / "45.6 MB" / "789 kB" (decimal units). */
@@ -118,6 +122,11 @@ static void print_summary(const engine *eng, const char *path, FILE *log)
         xstore_init_line(eng->store, line, sizeof line);
         fprintf(log, "strata: %s\n", line);
     }
+    if (route_policy_reads_residency(eng->route, hp->n_expert_used))
+        fprintf(log, "strata: routing %s; it depends on expert residency (the arena's state and I/O timing): "
+                "results are not reproducible bit for bit\n", eng->route_desc);
+    else
+        fprintf(log, "strata: routing %s (never reads residency: reproducible)\n", eng->route_desc);
 }
 
 /* Bytes of memory this process may use for the arena: MemAvailable, or the
@@ -226,6 +235,21 @@ int engine_open(engine **out, const engine_opts *o, err *e)
     engine *eng = calloc(1, sizeof *eng);
     if (!eng) return err_setf(e, ERR_NOMEM, "out of memory");
     int rc;
+    /* the routing policy first: a bad spec costs no loading. The option
+     * beats the environment, which beats exact. */
+    {
+        const char *env = getenv("STRATA_ROUTE");
+        const int from_env = !o->route_spec && env && *env;
+        const char *spec = o->route_spec ? o->route_spec : from_env ? env : "exact";
+        err pe;
+        err_clear(&pe);
+        if ((rc = route_policy_parse(&eng->route, spec, &pe))) {
+            if (from_env) err_prefix(&pe, "STRATA_ROUTE");
+            err_setf(e, rc, "%s", pe.msg);
+            goto fail;
+        }
+        route_policy_describe(eng->route, eng->route_desc, sizeof eng->route_desc);
+    }
     /* Each step reports into a fresh err, copied out only when the step
      * fails: a module that records a message and then succeeds (an optional
      * key it did not find) must not hide the real error of a later step. */
@@ -233,6 +257,7 @@ int engine_open(engine **out, const engine_opts *o, err *e)
 #define STEP(call) do { err_clear(&sub); if ((rc = (call)) != 0) { err_setf(e, rc, "%s", sub.msg); goto fail; } } while (0)
     STEP(gguf_open(&eng->f, o->model_path, &sub));
     STEP(hparams_load(&eng->hp, eng->f, &sub));
+    STEP(route_policy_check(eng->route, eng->hp.n_expert, eng->hp.n_expert_used, &sub));
     STEP(tokenizer_open(&eng->tok, eng->f, &sub));
     eng->isa = cpu_best_isa();
     if (o->stream && o->arena_auto && o->arena_bytes) {
@@ -274,7 +299,7 @@ int engine_open(engine **out, const engine_opts *o, err *e)
     eng->env = (session_env){
         .model = { &eng->hp, eng->w, NULL, eng->pool, eng->f16_tab, { 0 }, o->stream ? o->read_ahead : 0,
                    o->read_ahead_from == ENGINE_RA_INPUT ? QWEN3MOE_RA_INPUT : QWEN3MOE_RA_ATTN,
-                   o->on_route, o->on_route_ctx },
+                   o->on_route, o->on_route_ctx, eng->route, eng->route_ctr },
         .w = eng->w,
         .n_ctx = n_ctx,
         .n_batch = n_batch,
@@ -317,6 +342,7 @@ void engine_close(engine *eng)
     gguf_close(eng->f);
     free(eng->f16_tab);
     free(eng->chat_template);
+    route_policy_free(eng->route);
     free(eng);
 }
 
@@ -457,3 +483,91 @@ int engine_stream_fault(engine *eng, const char *spec, err *e)
 }
 
 uint64_t engine_model_fingerprint(const engine *eng) { return gguf_fingerprint(eng->f); }
+
+/* ==== Routing policy ==== */
+
+int engine_route_describe(const engine *eng, char *buf, size_t cap)
+{
+    return snprintf(buf, cap, "%s", eng->route_desc);
+}
+
+int engine_route_spec_check(const char *spec, char *desc, size_t cap, err *e)
+{
+    route_policy *p = NULL;
+    int rc = route_policy_parse(&p, spec, e);
+    if (rc) return rc;
+    if (desc) route_policy_describe(p, desc, cap);
+    route_policy_free(p);
+    return 0;
+}
+
+int engine_route_reads_residency(const engine *eng)
+{
+    return route_policy_reads_residency(eng->route, eng->hp.n_expert_used);
+}
+
+int engine_route_counters_get(const engine *eng, int arm, engine_route_counters *out)
+{
+    memset(out, 0, sizeof *out);
+    if (arm < 0 || arm >= ROUTE_N_ARMS) return ERR_USAGE;
+    const route_counters *c = &eng->route_ctr[arm];
+    *out = (engine_route_counters){
+        .blocks = c->blocks, .rows = c->rows, .rows_biased = c->rows_biased,
+        .slots_changed = c->slots_changed, .slots_changed_resident = c->slots_changed_resident,
+        .lookups = c->lookups, .lookups_exact = c->lookups_exact, .masked_blocks = c->masked_blocks,
+        .masked_lookups = c->masked_lookups, .masked_resident = c->masked_resident,
+        .masked_lookups_exact = c->masked_lookups_exact, .masked_resident_exact = c->masked_resident_exact,
+    };
+    return 0;
+}
+
+static double ratio(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
+
+void engine_route_trace(const engine *eng, FILE *out)
+{
+    const int k = eng->hp.n_expert_used;
+    for (int id = 0; id < ROUTE_N_ARMS; id++) {
+        const route_counters *c = &eng->route_ctr[id];
+        if (!c->blocks) continue;
+        char arm[256];
+        route_arm_describe(route_policy_arm(eng->route, id), arm, sizeof arm);
+        fprintf(out, "route %s=%s: %llu rows over %llu layer blocks, %llu biased; distinct lookups %llu "
+                "(exact routing: %llu, ratio %.4f); slots changed %llu of %llu (%.4f), of them resident %llu",
+                route_arm_name(id), arm, (unsigned long long)c->rows, (unsigned long long)c->blocks,
+                (unsigned long long)c->rows_biased, (unsigned long long)c->lookups,
+                (unsigned long long)c->lookups_exact, ratio(c->lookups, c->lookups_exact),
+                (unsigned long long)c->slots_changed, (unsigned long long)(c->rows * (uint64_t)k),
+                ratio(c->slots_changed, c->rows * (uint64_t)k), (unsigned long long)c->slots_changed_resident);
+        if (c->masked_blocks)
+            fprintf(out, "; resident at routing time %.4f of lookups (exact routing: %.4f) in %llu blocks",
+                    ratio(c->masked_resident, c->masked_lookups), ratio(c->masked_resident_exact, c->masked_lookups_exact),
+                    (unsigned long long)c->masked_blocks);
+        fputc('\n', out);
+    }
+}
+
+void engine_route_report_json(const engine *eng, FILE *out, const char *indent)
+{
+    fprintf(out, "{\"policy\": \"");
+    for (const char *p = eng->route_desc; *p; p++) {   /* the spec alphabet needs no escapes but quotes */
+        if (*p == '"' || *p == '\\') fputc('\\', out);
+        fputc(*p, out);
+    }
+    fprintf(out, "\", \"reads_residency\": %s, \"arms\": {", engine_route_reads_residency(eng) ? "true" : "false");
+    for (int id = 0; id < ROUTE_N_ARMS; id++) {
+        const route_counters *c = &eng->route_ctr[id];
+        char arm[256];
+        route_arm_describe(route_policy_arm(eng->route, id), arm, sizeof arm);
+        fprintf(out, "%s\n%s  \"%s\": {\"arm\": \"%s\", \"blocks\": %llu, \"rows\": %llu, \"rows_biased\": %llu, "
+                "\"slots_changed\": %llu, \"slots_changed_resident\": %llu, \"lookups\": %llu, \"lookups_exact\": %llu, "
+                "\"masked_blocks\": %llu, \"masked_lookups\": %llu, \"masked_resident\": %llu, "
+                "\"masked_lookups_exact\": %llu, \"masked_resident_exact\": %llu}",
+                id ? "," : "", indent, route_arm_name(id), arm, (unsigned long long)c->blocks,
+                (unsigned long long)c->rows, (unsigned long long)c->rows_biased, (unsigned long long)c->slots_changed,
+                (unsigned long long)c->slots_changed_resident, (unsigned long long)c->lookups,
+                (unsigned long long)c->lookups_exact, (unsigned long long)c->masked_blocks,
+                (unsigned long long)c->masked_lookups, (unsigned long long)c->masked_resident,
+                (unsigned long long)c->masked_lookups_exact, (unsigned long long)c->masked_resident_exact);
+    }
+    fprintf(out, "\n%s}}", indent);
+}

@@ -67,6 +67,13 @@ typedef struct engine_opts {
      * row-major) on the coordinating thread, in every mode. */
     void      (*on_route)(void *ctx, int layer, const int32_t *experts, int n_rows, int k);
     void       *on_route_ctx;
+
+    /* Routing policy spec (docs/ROUTING.md), e.g.
+     * "prompt.chunk0=exact; prompt=bias(body=3,bonus=0.85,exact-last=32); decode=exact".
+     * NULL: the environment's STRATA_ROUTE when set and not empty, else
+     * "exact". A bad spec fails engine_open with ERR_USAGE naming the bad
+     * part and its column (and STRATA_ROUTE when it came from there). */
+    const char *route_spec;
 } engine_opts;
 
 #define ENGINE_CTX_TRAIN (-1)
@@ -211,6 +218,44 @@ void engine_stream_report_json(const engine *eng, FILE *out, const char *indent)
  * ",demand"; see expert/xio.h). NULL disarms. ERR_USAGE when not streaming
  * or for a bad spec. */
 int  engine_stream_fault(engine *eng, const char *spec, err *e);
+
+/* ==== Routing policy (docs/ROUTING.md) ====
+ * Three arms: the first chunk of a prompt, its later chunks, decode. */
+enum engine_route_arm { ENGINE_ROUTE_CHUNK0 = 0, ENGINE_ROUTE_PROMPT = 1, ENGINE_ROUTE_DECODE = 2,
+                        ENGINE_ROUTE_N_ARMS = 3 };
+
+/* The canonical effective policy ("exact", or "prompt.chunk0=...; prompt=...;
+ * decode=..."); snprintf's contract. */
+int engine_route_describe(const engine *eng, char *buf, size_t cap);
+/* Parse a spec without a model (front ends check --route early): 0 and the
+ * canonical string in desc (when desc is not NULL), or ERR_USAGE naming the
+ * bad part and its column. body is checked against the model only by
+ * engine_open. */
+int engine_route_spec_check(const char *spec, char *desc, size_t cap, err *e);
+/* 1 when some arm reads expert residency: its routing then depends on the
+ * arena's state and on I/O timing (not reproducible bit for bit). */
+int engine_route_reads_residency(const engine *eng);
+
+/* Per arm, summed over the engine's life (all sessions). Row counts are
+ * summed over layers (a row routed in 4 layers counts 4). */
+typedef struct engine_route_counters {
+    uint64_t blocks;                 /* (chunk, layer) MoE blocks routed */
+    uint64_t rows, rows_biased;      /* rows routed; of them with a bonus > 0 */
+    uint64_t slots_changed;          /* row-slots not in the row's exact top-k */
+    uint64_t slots_changed_resident; /* of them resident: selections the bias caused */
+    uint64_t lookups;                /* distinct experts per block, summed */
+    uint64_t lookups_exact;          /* the same had the rows been routed exactly */
+    uint64_t masked_blocks;          /* blocks that read residency, and in them: */
+    uint64_t masked_lookups, masked_resident;             /* distinct chosen, of them resident */
+    uint64_t masked_lookups_exact, masked_resident_exact; /* distinct exact top-k, of them resident */
+} engine_route_counters;
+/* ERR_USAGE for a bad arm. */
+int  engine_route_counters_get(const engine *eng, int arm, engine_route_counters *out);
+/* One human line per arm that routed something (--trace). */
+void engine_route_trace(const engine *eng, FILE *out);
+/* {"policy": "...", "reads_residency": b, "arms": {"prompt.chunk0": {...}, ...}};
+ * `indent` prefixes its lines after the first. */
+void engine_route_report_json(const engine *eng, FILE *out, const char *indent);
 
 /* ==== Sampling (llama.cpp's sampler chain semantics) ====
  * The chain is llama.cpp's default for llama-cli / llama-completion:

@@ -53,7 +53,9 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
 /* The expert-streaming flags shared by run, chat, serve and the eval tools
  * (--arena --evict --io --io-threads --io-depth --read-ahead --read-ahead-from
- * --no-direct --sidecar --no-sidecar --profile), parsed into the engine's own
+ * --no-direct --sidecar --no-sidecar --profile), and --route SPEC (the
+ * routing policy, docs/ROUTING.md; it works without streaming and beats
+ * STRATA_ROUTE; a bad spec is a usage error here), parsed into the engine's own
  * options. If argv[*i] is one, consume it (and its value, advancing *i) and
  * return 1; return 0 if it is not one; -1 after printing a one-line usage
  * error. */

@@ -112,6 +112,13 @@ int cli_stream_flag(const char *cmd, int argc, char **argv, int *i, engine_opts 
     else if (IS("--no-sidecar")) o->no_sidecar = 1;
     else if (IS("--sidecar")) { VALUE(); o->sidecar_path = v; }
     else if (IS("--profile")) { VALUE(); o->profile_path = v; }
+    else if (IS("--route")) {   /* routing policy (docs/ROUTING.md): checked now, used by engine_open */
+        VALUE();
+        err e;
+        err_clear(&e);
+        if (engine_route_spec_check(v, NULL, 0, &e)) BAD("--route: %s", e.msg);
+        o->route_spec = v;
+    }
     else return 0;
     return 1;
 #undef IS

@@ -117,7 +117,11 @@ static void usage(const char *cmd, FILE *out)
                  "  --no-sidecar              read the experts from the GGUF even if a sidecar exists\n"
                  "  --profile FILE            fill the arena from a profile's top (strata profile) at start\n"
                  "  --trace                   expert-stream counters per phase on stderr (or STRATA_TRACE=1)\n"
-                 "  --report-json FILE        counters, timings, memory and configuration as JSON\n");
+                 "  --report-json FILE        counters, timings, memory and configuration as JSON\n\n"
+                 "Routing (docs/ROUTING.md; default exact, or STRATA_ROUTE):\n"
+                 "  --route SPEC              e.g. 'prompt.chunk0=exact; prompt=bias(body=3,bonus=0.85,\n"
+                 "                            exact-last=32); decode=exact'; a bias arm makes routing\n"
+                 "                            depend on expert residency (not reproducible bit for bit)\n");
 }
 
 static int parse_kv_type(const char *cmd, const char *flag, const char *v, int *out)
@@ -364,7 +368,9 @@ static int write_report(const char *cmd, const char *path, int argc, char **argv
             (unsigned long long)m.weights, (unsigned long long)m.arena, (unsigned long long)m.kv,
             (unsigned long long)m.scratch, (unsigned long long)m.total,
             (unsigned long long)proc_status_kb("VmHWM"), (unsigned long long)proc_status_kb("VmRSS"));
-    fprintf(f, "  \"stream\": ");
+    fprintf(f, "  \"route\": ");
+    engine_route_report_json(eng, f, "  ");
+    fprintf(f, ",\n  \"stream\": ");
     engine_stream_report_json(eng, f, "  ");
     fprintf(f, "\n}\n");
     if (fclose(f) != 0) return cli_fail(cmd, CLI_ERR, "cannot write %s", path);
@@ -419,7 +425,7 @@ int gen_main(const char *cmd, int argc, char **argv)
         rc = chat_loop(eng, s, sm, o.chat_template, o.system_prompt, o.n_predict);
     else
         rc = run_generate(cmd, eng, s, sm, &o, text, &tm);
-    if (o.trace) engine_stream_trace(eng, stderr);
+    if (o.trace) { engine_stream_trace(eng, stderr); engine_route_trace(eng, stderr); }
     if (o.report_json) {
         int wr = write_report(cmd, o.report_json, argc, argv, eng, &o, &tm, rc == CLI_OK);
         if (rc == CLI_OK) rc = wr;

@@ -34,7 +34,8 @@ static inline void eval_engine_flags_help(FILE *out)
             "  --evict lru|lfu  --io auto|uring|pread  --io-threads N  --io-depth N\n"
             "  --read-ahead N  --read-ahead-from attn|input  --no-direct\n"
             "  --sidecar FILE  --no-sidecar  --profile FILE\n"
-            "                            expert streaming options, as strata run\n");
+            "                            expert streaming options, as strata run\n"
+            "  --route SPEC              routing policy (docs/ROUTING.md; default exact, or STRATA_ROUTE)\n");
 }
 
 /* If argv[*i] is an engine flag, consume it (and its value, advancing *i)
@@ -81,7 +82,10 @@ static inline int eval_engine_flag(const char *cmd, int argc, char **argv, int *
  *    40     4  uint32 routing_bytes
  *    44     4  uint32 desc_bytes
  *    48     4  uint32 vocab_bytes
- *    52     -  routing configuration (routing_bytes, no NUL; "exact" today)
+ *    52     -  routing configuration (routing_bytes, no NUL): the effective
+ *              policy, engine_route_describe ("exact", or "prompt.chunk0=...;
+ *              prompt=...; decode=..."), then " (reads residency)" when
+ *              some arm depends on it
  *     .     -  model description (desc_bytes, engine_model_desc, informational)
  *     .     -  int32 tokens[n_tokens]
  *     .     -  int32 positions[n_eval]: index in tokens[] of each target; its

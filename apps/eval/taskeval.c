@@ -1069,6 +1069,10 @@ int cmd_taskeval(int argc, char **argv)
         printf("taskeval: arm %s, %d cases from %s, model %s (%s), greedy, up to %d tokens, tool prompt %s\n",
                cfg.arm, cs.n, cfg.cases_path, cfg.model, desc, cfg.n_predict,
                cfg.tool_style == TOOLS_QWEN ? "qwen" : "strata");
+        char route[1024];
+        engine_route_describe(eng, route, sizeof route);
+        printf("taskeval: routing %s%s\n", route, engine_route_reads_residency(eng)
+               ? " (depends on expert residency: not reproducible bit for bit)" : "");
         for (int i = 0; i < cs.n; i++) {
             if (build_prompt(eng, cfg.tmpl, cfg.tool_style, &cs.c[i], &prompts[i]) != 0) goto done;
             /* a fresh sampler state per case: greedy ignores it, but the

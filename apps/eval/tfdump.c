@@ -18,8 +18,11 @@
  * Evaluation: one session from position 0; the prompt less its last token
  * without logits, then that token and every target but the last with all
  * rows' logits: row i predicts target i. The dump layout is in eval.h.
- * The routing configuration recorded is "exact": the engine computes every
- * layer's full router top-k and has no other policy yet. */
+ * The routing configuration recorded is the engine's effective policy
+ * (engine_route_describe: "exact" by default, --route / STRATA_ROUTE
+ * otherwise), marked " (reads residency)" when its results depend on the
+ * arena. Note for exact-last: the two evaluations above are two calls, so
+ * "the last N prompt rows" are counted in each (docs/ROUTING.md). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -311,7 +314,9 @@ int cmd_tfdump(int argc, char **argv)
         if (pl < 0) { cli_fail(k_cmd, CLI_ERR, "token %d has no text", id); goto done; }
         vocab_bytes += 4 + (uint64_t)pl;
     }
-    const char *routing = EVAL_ROUTING_EXACT;
+    char routing[1100];
+    engine_route_describe(eng, routing, 1024);
+    if (engine_route_reads_residency(eng)) strcat(routing, " (reads residency)");
     const char *desc = engine_model_desc(eng);
     const uint64_t header = EVAL_DUMP_FIXED + strlen(routing) + strlen(desc) + 4 * (uint64_t)tok.n + 4 * (uint64_t)n_eval +
                             vocab_bytes;

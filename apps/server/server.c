@@ -775,7 +775,8 @@ static void usage(FILE *out)
         "  -h, --help                this help\n\n"
         "Expert streaming (as strata run): --arena SIZE|auto|0, --evict lru|lfu, --io auto|uring|pread,\n"
         "  --io-threads N, --io-depth N, --read-ahead N, --read-ahead-from attn|input, --no-direct,\n"
-        "  --sidecar FILE, --no-sidecar, --profile FILE\n");
+        "  --sidecar FILE, --no-sidecar, --profile FILE\n"
+        "Routing: --route SPEC (docs/ROUTING.md; default exact, or STRATA_ROUTE)\n");
 }
 
 enum { HELP_SHOWN = 100 };

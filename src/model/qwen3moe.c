@@ -73,7 +73,7 @@ struct qwen3moe_scratch {
     atomic_int *xleft; /* (n_expert) its gate/up items not yet done */
     atomic_int *xready;/* (n_expert) its hidden rows ready for down */
     moe_job  moe;      /* the MoE job (holds atomics) */
-    float   *scores;   /* (n_threads, n_ctx) attention scores */
+    float   *scores;   /* (n_threads, OPS_ATTN_TILE * n_ctx) attention scores */
     float   *rope;     /* (n_threads, head_dim) RoPE cos/sin */
     float   *pxn;      /* (n_batch, n_embd) read-ahead: rows normed for the next layer */
     uint8_t *pqa;      /* (n_batch, 4*n_embd) bytes: them quantized for its router */
@@ -85,6 +85,7 @@ struct qwen3moe_scratch {
     qwen3moe_stats stats[2];  /* per phase */
     int      planning; /* scratch_alloc only counts (qwen3moe_scratch_plan) */
     uint64_t bytes;
+    route_work rw;     /* routing policy buffers (route.h): logit, exact, mask, seen (n_expert each), key (k) */
 };
 
 static void *scratch_alloc(qwen3moe_scratch *s, size_t n, int *fail)
@@ -144,7 +145,7 @@ static void scratch_carve(qwen3moe_scratch *s, const qwen3moe *m, int n_batch, i
     s->xres   = scratch_alloc(s, sizeof(atomic_int) * X, fail);
     s->xleft  = scratch_alloc(s, sizeof(atomic_int) * X, fail);
     s->xready = scratch_alloc(s, sizeof(atomic_int) * X, fail);
-    s->scores = scratch_alloc(s, sizeof(float) * T * (size_t)n_ctx, fail);
+    s->scores = scratch_alloc(s, sizeof(float) * T * OPS_ATTN_TILE * (size_t)n_ctx, fail);
     s->rope   = scratch_alloc(s, sizeof(float) * T * D, fail);
     if (m->read_ahead > 0) {
         s->pxn    = scratch_alloc(s, sizeof(float) * B * E, fail);
@@ -154,6 +155,12 @@ static void scratch_carve(qwen3moe_scratch *s, const qwen3moe *m, int n_batch, i
         s->pvotes = scratch_alloc(s, sizeof(int32_t) * X, fail);
         s->pset   = scratch_alloc(s, sizeof(int32_t) * X, fail);
     }
+    s->rw.logit      = scratch_alloc(s, sizeof(float) * X, fail);
+    s->rw.key        = scratch_alloc(s, sizeof(double) * K, fail);
+    s->rw.exact      = scratch_alloc(s, sizeof(int32_t) * K, fail);
+    s->rw.mask       = scratch_alloc(s, X, fail);
+    s->rw.seen       = scratch_alloc(s, X, fail);
+    s->rw.seen_exact = scratch_alloc(s, X, fail);
 }
 
 int qwen3moe_scratch_open(qwen3moe_scratch **out, const qwen3moe *m, int n_batch, int n_ctx, err *e)
@@ -192,6 +199,7 @@ void qwen3moe_scratch_close(qwen3moe_scratch *s)
     free(s->pos); free(s->xgg); free(s->xug); free(s->u); free(s->xres); free(s->xleft); free(s->xready);
     free(s->h); free(s->hq); free(s->eout); free(s->scores); free(s->rope);
     free(s->pxn); free(s->pqa); free(s->pred); free(s->ptop); free(s->pvotes); free(s->pset);
+    free(s->rw.logit); free(s->rw.key); free(s->rw.exact); free(s->rw.mask); free(s->rw.seen); free(s->rw.seen_exact);
     free(s);
 }
 
@@ -351,19 +359,24 @@ static void qk_row(void *p, int i, int ith)
     }
 }
 
-/* Attention for (row, head) pairs of rows [r0, n). */
+/* Attention of rows [r0, n) in (tile, head) items: a tile is up to
+ * OPS_ATTN_TILE consecutive rows of one head, run by the tiled causal
+ * kernel (each K/V row loaded once per tile, every output bit-identical to
+ * the one-row kernel). Items are dealt round-robin (thread ith takes items
+ * ith, ith + nth, ...): with a causal mask later tiles cost more, so
+ * contiguous ranges would give the last thread most of the work. */
 typedef struct attn_job {
     const qwen3moe *m; const kv_cache_view *kv; qwen3moe_scratch *s;
-    int layer, pos0, r0; float scale;
+    int layer, pos0, r0, n; float scale;
 } attn_job;
 
-static void attn_item(void *p, int idx, int ith)
+static void attn_item(attn_job *j, int idx, int ith)
 {
-    attn_job *j = p;
     const hparams *hp = j->m->hp;
     const int D = hp->head_dim, H = hp->n_head, group = hp->n_head / hp->n_head_kv;
     const size_t QD = (size_t)H * D, KVD = (size_t)hp->n_head_kv * D;
-    const int i = j->r0 + idx / H, h = idx % H, kvh = h / group;
+    const int i = j->r0 + (idx / H) * OPS_ATTN_TILE, h = idx % H, kvh = h / group;
+    const int nq = j->n - i < OPS_ATTN_TILE ? j->n - i : OPS_ATTN_TILE;
     const kv_cache_view *kv = j->kv;
     const size_t ko = (size_t)kvh * D;
     const void *k = kv->k_f16 ? (const void *)((const uint16_t *)kv->k[j->layer] + ko)
@@ -372,9 +385,17 @@ static void attn_item(void *p, int idx, int ith)
                               : (const void *)((const float *)kv->v[j->layer] + ko);
     float *out = j->s->att + (size_t)i * QD + (size_t)h * D;
     const float *q = j->s->q + (size_t)i * QD + (size_t)h * D;
-    float *scores = j->s->scores + (size_t)ith * j->s->n_ctx;
-    j->m->kern.attention(out, q, k, kv->k_f16, v, kv->v_f16, (int64_t)KVD, D, j->pos0 + i + 1, j->scale, scores,
-                         j->m->f16_tab);
+    float *scores = j->s->scores + (size_t)ith * OPS_ATTN_TILE * (size_t)j->s->n_ctx;
+    j->m->kern.attention_rows(out, QD, q, QD, nq, k, kv->k_f16, v, kv->v_f16, (int64_t)KVD, D, j->pos0 + i,
+                              j->scale, scores, j->m->f16_tab);
+}
+
+static void attn_fn(void *p, int ith, int nth)
+{
+    attn_job *j = p;
+    const int H = j->m->hp->n_head;
+    const int items = (j->n - j->r0 + OPS_ATTN_TILE - 1) / OPS_ATTN_TILE * H;
+    for (int idx = ith; idx < items; idx += nth) attn_item(j, idx, ith);
 }
 
 /* x[i] = y[i] + x[i] for rows [r0, n). */
@@ -564,10 +585,30 @@ static void moe_sum_row(void *p, int idx, int ith)
     }
 }
 
-/* Router probabilities -> chosen experts and weights for rows [r0, n). */
-static void route(const hparams *hp, qwen3moe_scratch *s, int r0, int n)
+/* The residency of one layer for a biased routing arm (route_mask_fn). */
+typedef struct route_mask_ctx { expert_src *xs; int layer, n_expert; } route_mask_ctx;
+
+static void route_mask(void *ctx, uint8_t *mask)
+{
+    const route_mask_ctx *c = ctx;
+    expert_src_resident_mask(c->xs, c->layer, mask, c->n_expert);
+}
+
+/* Router logits -> chosen experts and weights for rows [r0, n) of layer
+ * `layer`. An arm that may read residency goes through route_block
+ * (route.h); otherwise (no policy, exact arm, bias with no bonus) the
+ * architecture's routing below runs unchanged, then is only counted. */
+static void route(const qwen3moe *m, const hparams *hp, qwen3moe_scratch *s, int layer, int r0, int n)
 {
     const int X = hp->n_expert, K = hp->n_expert_used;
+    const int arm = m->route ? route_arm_for(s->chunk.phase, s->chunk.index) : -1;
+    route_counters *ctr = arm >= 0 && m->route_ctr ? &m->route_ctr[arm] : NULL;
+    if (arm >= 0 && route_arm_reads_residency(route_policy_arm(m->route, arm), K)) {
+        route_mask_ctx mc = { m->xs, layer, X };
+        route_block(route_policy_arm(m->route, arm), s->chunk.phase, s->chunk.rows_after, s->router, n - r0, X, K,
+                    s->sel + (size_t)r0 * K, s->selw + (size_t)r0 * K, &s->rw, route_mask, &mc, ctr);
+        return;
+    }
     for (int i = r0; i < n; i++) {
         float *p = s->router + (size_t)(i - r0) * X;
         ops_softmax(p, X);
@@ -580,6 +621,7 @@ static void route(const hparams *hp, qwen3moe_scratch *s, int r0, int n)
         if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;   /* ggml_clamp(sum, 2^-14, inf) */
         for (int t = 0; t < K; t++) w[t] = w[t] / fs;
     }
+    route_count_exact(ctr, s->sel + (size_t)r0 * K, n - r0, X, K, s->rw.seen);
 }
 
 /* Group the row-slots of rows [r0, n) by expert: used[] ascending,
@@ -679,7 +721,7 @@ static int moe(const qwen3moe *m, const layer_weights *lw, qwen3moe_scratch *s, 
     act_rows xr = quantize_for(pool, &lw->gate_inp, xn, (size_t)E, nr, s->qa);
     mm_out ro = { &lw->gate_inp, s->router, (size_t)hp->n_expert };
     matmul(pool, &ro, 1, xr, nr);
-    route(hp, s, r0, n);
+    route(m, hp, s, layer, r0, n);
     if (m->on_route) m->on_route(m->on_route_ctx, layer, s->sel + (size_t)r0 * K, nr, K);
     const int n_used = group_by_expert(hp, s, r0, n);
     stats_moe(m, lw, &s->stats[s->chunk.phase & 1], nr, n_used);
@@ -790,8 +832,8 @@ int qwen3moe_forward(const qwen3moe *m, const kv_cache_view *kv, qwen3moe_scratc
         run_rows(pool, n, qk_row, &qj);
         if (r0 == n) continue;   /* last layer, no logits wanted: nothing below feeds the cache */
 
-        attn_job aj = { m, kv, s, l, pos0, r0, kq_scale };
-        run_rows(pool, (n - r0) * H, attn_item, &aj);
+        attn_job aj = { m, kv, s, l, pos0, r0, n, kq_scale };
+        tpool_run(pool, attn_fn, &aj);
 
         /* output projection and the first residual: x = Wo . att + x */
         act_rows a = quantize_for(pool, &lw->wo, s->att + (size_t)r0 * QD, QD, n - r0, s->qa);

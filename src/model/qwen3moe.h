@@ -29,6 +29,7 @@
 #include "model/hparams.h"
 #include "model/ops.h"
 #include "model/weights.h"
+#include "route/route.h"
 #include "util/err.h"
 #include "util/threadpool.h"
 
@@ -55,6 +56,12 @@ typedef struct qwen3moe {
     int            ra_from;      /* enum qwen3moe_ra_from */
     qwen3moe_route_fn on_route;  /* optional */
     void          *on_route_ctx;
+    /* Routing policy (route/route.h; NULL or an exact arm: the exact routing
+     * described above, unchanged). Which arm routes a chunk comes from its
+     * qwen3moe_chunk; a biased arm reads xs's residency (see route.h). */
+    const route_policy *route;
+    route_counters     *route_ctr;   /* ROUTE_N_ARMS counters, or NULL; written by the
+                                        forward (sessions of one engine never run at once) */
 } qwen3moe;
 
 /* The KV cache the forward appends to (owned by a session). Layer l's K rows

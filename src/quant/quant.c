@@ -19,7 +19,6 @@ typedef struct kernel_row {
     quant_quant_fn   quant, quant_avx2;
     quant_dot_fn     dot, dot_avx2;
     quant_quant_fn   act, act_avx2;   /* NULL: same as quant / quant_avx2 */
-    quant_gemm_fn    gemm_avx2;       /* NULL: quant_gemm() loops dot */
 } kernel_row;
 
 #define REF(t) quant_ref_dequant_##t, NULL, quant_ref_quant_##t, NULL, quant_ref_dot_##t
