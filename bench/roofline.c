@@ -5,14 +5,18 @@
  *       larger than the caches (default 1 GiB) with 256-bit AVX2 loads, each
  *       thread reading its own contiguous slice; one unmeasured warm-up pass,
  *       then --passes timed passes. GB/s = 1e9 bytes per second.
- *   (b) int8 dot throughput on the maddubs path: 12 independent chains of
- *       _mm256_maddubs_epi16 -> _mm256_madd_epi16 -> _mm256_add_epi32 from
- *       registers (the next maddubs of a chain reads its accumulator, so
- *       nothing can be hoisted out of the loop). One maddubs multiplies and
- *       adds 32 byte pairs: counted as 64 ops (2 per multiply-add), the
- *       convention of ../shared/reference/MACHINE.md. The madd and add that
- *       finish the dot are not counted. 12 chains cover a chain's latency
- *       (3+3+1 cycles on Zen3, 5+5+1 on recent Intel) times the ports.
+ *   (b) int8 dot throughput on the maddubs path: 12 independent
+ *       _mm256_maddubs_epi16 -> _mm256_madd_epi16 -> _mm256_add_epi32 per
+ *       loop iteration, from registers (4 byte vectors x 3 weight vectors
+ *       into 4 accumulators; an empty asm keeps the compiler from hoisting
+ *       them). One maddubs multiplies and adds 32 byte pairs: counted as 64
+ *       ops (2 per multiply-add), the convention of
+ *       ../shared/reference/MACHINE.md. The madd and add that finish the dot
+ *       are not counted (they share the multiply ports with maddubs on Zen3
+ *       and Intel, so one maddubs+madd pair per cycle is the ceiling: 64
+ *       ops/cycle on Intel p0+p1, 32 on Zen3). An earlier form that fed each
+ *       accumulator back into its next maddubs was latency-bound on Intel
+ *       (5+5+1 cycles a step): about 25% below this one.
  *   (c) fp32 FMA throughput: 12 independent _mm256_fmadd_ps chains, 16 flops
  *       each (8 lanes x multiply + add).
  * Each is measured with 1 thread and with N threads (-t, default all online
@@ -88,20 +92,27 @@ static int64_t read_sum(const uint8_t *p, size_t n)
     return t;
 }
 
-/* iters x N_CHAINS maddubs (64 ops each). */
+/* iters x 12 maddubs (64 ops each): 4 byte vectors x 3 weight vectors, each
+ * product through madd into one of 4 accumulators. The empty asm tells the
+ * compiler that the weights and accumulators change every iteration, so no
+ * product can be hoisted out of the loop and they stay in registers; it
+ * emits no instruction. The products are independent of one another (no
+ * latency chain through maddubs), so only the ports bound the loop. */
 static int64_t int8_chains(uint64_t iters, int seed)
 {
-    __m256i acc[N_CHAINS];
-    for (int j = 0; j < N_CHAINS; j++) acc[j] = _mm256_set1_epi32(0x01020304 + j + seed);
-    const __m256i b = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    const __m256i x0 = _mm256_set1_epi8((char)(1 + seed)), x1 = _mm256_set1_epi8(2), x2 = _mm256_set1_epi8(3),
+                  x3 = _mm256_set1_epi8(4), ones = _mm256_set1_epi16(1);
+    __m256i b0 = _mm256_set1_epi8(7), b1 = _mm256_set1_epi8(-9), b2 = _mm256_set1_epi8(11);
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
     for (uint64_t i = 0; i < iters; i++) {
-#define STEP(j) acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(acc[j], b), ones))
-        STEP(0); STEP(1); STEP(2);  STEP(3);  STEP(4);  STEP(5);
-        STEP(6); STEP(7); STEP(8);  STEP(9);  STEP(10); STEP(11);
-#undef STEP
+        __asm__ volatile("" : "+x"(b0), "+x"(b1), "+x"(b2), "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3));
+#define DOT(acc, x, b) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(x, b), ones))
+        DOT(a0, x0, b0); DOT(a1, x1, b0); DOT(a2, x2, b0); DOT(a3, x3, b0);
+        DOT(a0, x0, b1); DOT(a1, x1, b1); DOT(a2, x2, b1); DOT(a3, x3, b1);
+        DOT(a0, x0, b2); DOT(a1, x1, b2); DOT(a2, x2, b2); DOT(a3, x3, b2);
+#undef DOT
     }
-    __m256i s = acc[0];
-    for (int j = 1; j < N_CHAINS; j++) s = _mm256_xor_si256(s, acc[j]);
+    const __m256i s = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
     return _mm256_extract_epi64(s, 0) ^ _mm256_extract_epi64(s, 3);
 }
 
@@ -213,7 +224,7 @@ static void measure(result *r, int nt, const uint8_t *buf, size_t size, int pass
     r->read_gbs = summarize(v, passes);
     pass(K_INT8, nt, NULL, 0, it_int8 / 8 + 1);
     for (int i = 0; i < passes; i++)
-        v[i] = (double)it_int8 * N_CHAINS * 64.0 * nt / pass(K_INT8, nt, NULL, 0, it_int8) * 1e-9;
+        v[i] = (double)it_int8 * 12 * 64.0 * nt / pass(K_INT8, nt, NULL, 0, it_int8) * 1e-9;
     r->int8_gops = summarize(v, passes);
     pass(K_FMA, nt, NULL, 0, it_fma / 8 + 1);
     for (int i = 0; i < passes; i++)

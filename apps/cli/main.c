@@ -6,6 +6,8 @@
 
 #include "cli.h"
 
+int cmd_bench(int argc, char **argv);   /* cmd_bench.c */
+
 typedef struct command {
     const char *name;
     int (*fn)(int argc, char **argv);
@@ -24,6 +26,7 @@ static const command k_commands[] = {
     { "perplexity", cmd_perplexity, "llama-perplexity's chunked perplexity and KL-divergence (base files interchangeable)" },
     { "tfdump",   cmd_tfdump,   "teacher-forced logit dump of a corpus's evaluation positions" },
     { "kld",      cmd_kld,      "compare two teacher-forced dumps: PPL, KL(ref||cand), top-1, per position" },
+    { "bench",    cmd_bench,    "prompt and generation speed in the manner of llama-bench (ppN, tgN)" },
     { "bench-ab", cmd_bench_ab, "paired A/B benchmark of two strata run configurations" },
     { "taskeval", cmd_taskeval, "tool-call task evaluation of greedy generations" },
     { "mkmodel",  cmd_mkmodel,  "generate a synthetic qwen3moe GGUF (presets tiny, small, 30b-a3b, 80b-a3b)" },
