@@ -18,9 +18,10 @@
  *     tile, RW * RA <= 8 pairs for the block types, every pair with its own
  *     accumulator, so 8 independent FMA chains hide the FMA latency that
  *     bounds the single-accumulator dot);
- *   - cache blocking: a group of weight rows (~256 KiB, L2) meets every
- *     activation tile before the next group; the float kernels also split K
- *     into chunks that keep one activation tile in L1, saving the pair's
+ *   - cache blocking: a group of weight rows that fits in L2 (~256 KiB of
+ *     blocks; 32 rows for the float types) meets every activation tile
+ *     before the next group; the float kernels also split K into chunks of
+ *     2048 so one activation tile stays in L1, parking each pair's
  *     accumulators (exactly, as vectors) between chunks.
  * Per-block scale products are computed for all pairs of a tile with one
  * vector multiply (each lane is the same IEEE float product as the dot's
@@ -28,7 +29,15 @@
  *
  * Compiled with -mavx2 -mfma -mf16c; quant.c hands these out only when
  * cpu_detect() reports all three. No allocation (fixed-size stack buffers,
- * < 32 KiB), no state. */
+ * < 40 KiB in the float kernels), no state.
+ *
+ * Speed notes (single thread, AVX2 only): the int8 pair step is sign ->
+ * maddubs -> madd -> cvt -> fma (no sign for Q4_1/Q5_1), 5 vector ops per
+ * 32 multiply-adds, which
+ * bounds the block kernels well below the bare maddubs->madd peak on cores
+ * with two vector-integer ports; the dot's FMA latency chain is gone. The
+ * float kernels are load-bound on unaligned rows (a 32-byte load that
+ * straddles a cache line costs two): give them 32-byte aligned rows. */
 #include "quant/quant_impl.h"
 
 #include <immintrin.h>
@@ -238,8 +247,13 @@ GEMM_INLINE void qb_rows(const int T, const int RA, int64_t nb, const uint8_t *w
     for (; r < g; r++) qb_tile(T, 1, RA, nb, w + (size_t)r * wstride, wstride, a, astride, y + r, ldy);
 }
 
+/* Tuning knobs (overridable with -D for experiments; any value is correct). */
+#ifndef QB_L2_BYTES
 #define QB_L2_BYTES (256 * 1024)   /* weight bytes per cache group */
+#endif
+#ifndef QB_RA
 #define QB_RA 8                    /* activation rows per tile */
+#endif
 
 /* Cache blocking: groups of weight rows of ~QB_L2_BYTES stay in L2 while
  * every activation tile (QB_RA rows, L1/L2) passes over them. */
@@ -292,7 +306,7 @@ QUANT_GEMM_DECL(q5_1) { qb_gemm(K_Q5_1, n, w, wstride, nw, a, astride, na, y, ld
 enum { K_F32, K_F16, K_BF16 };
 
 #define FL_RA 3
-#define FL_KC 1024   /* multiple of 32 */
+#define FL_KC 2048   /* multiple of 32 */
 #define FL_G 32
 
 GEMM_INLINE __m256 fl_load(const int T, const void *p, int64_t i)

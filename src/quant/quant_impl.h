@@ -220,11 +220,15 @@ QUANT_GEMM_DECL(q5_1);
 QUANT_GEMM_DECL(q8_0);
 #define QUANT_GEMM_AVX2_Q8_0 quant_avx2_gemm_q8_0
 /* quant_gemm_k_avx2.c: Q2_K Q3_K Q4_K Q5_K Q6_K */
-#define QUANT_GEMM_AVX2_Q2_K NULL
-#define QUANT_GEMM_AVX2_Q3_K NULL
+QUANT_GEMM_DECL(q2_K);
+#define QUANT_GEMM_AVX2_Q2_K quant_avx2_gemm_q2_K
+QUANT_GEMM_DECL(q3_K);
+#define QUANT_GEMM_AVX2_Q3_K quant_avx2_gemm_q3_K
 QUANT_GEMM_DECL(q4_K);
 #define QUANT_GEMM_AVX2_Q4_K quant_avx2_gemm_q4_K
-#define QUANT_GEMM_AVX2_Q5_K NULL
-#define QUANT_GEMM_AVX2_Q6_K NULL
+QUANT_GEMM_DECL(q5_K);
+#define QUANT_GEMM_AVX2_Q5_K quant_avx2_gemm_q5_K
+QUANT_GEMM_DECL(q6_K);
+#define QUANT_GEMM_AVX2_Q6_K quant_avx2_gemm_q6_K
 
 #endif
