@@ -2,10 +2,10 @@
 # tools/train/build.sh: rebuild strata-ops-moe from scratch (run from the repository root).
 #
 #   sh tools/train/build.sh prepare        # here (CPU): skeleton, corpus, eval sets, .train_data/config.json
-#   (device) python3 tools/train/train.py .train_data $OUT --seconds 170     # GPU, PyTorch; carry .train_data
+#   (device) python3 tools/train/train.py .train_data $OUT --seconds 420     # GPU, PyTorch; carry .train_data
 #   sh tools/train/build.sh export RUN     # here: RUN = train.py's output dir -> models/strata-ops-moe.gguf
 #
-# Needs: build/strata (make), /usr/bin/python3 with numpy and regex, Debian's bible-kjv.
+# Needs: build/strata (make), /usr/bin/python3 with numpy and regex, Debian's bible-kjv and wamerican.
 set -eu
 W=${W:-/tmp/strata-train}
 PY=${PY:-python3}
@@ -13,8 +13,12 @@ mkdir -p "$W"
 SHAPE="--layers 8 --experts 64 --experts-used 4 --embd 256 --ff-exp 64 --heads 4 --heads-kv 2 --head-dim 64 --vocab 4096 --ctx 2048"
 case "${1:-}" in
 prepare)
+    # the corpus's Debian sources (offline: the Debian mirror only)
+    if [ ! -d /usr/share/bible-kjv ] && ! dpkg -s bible-kjv >/dev/null 2>&1 || ! dpkg -s wamerican >/dev/null 2>&1; then
+        apt-get install -y -q bible-kjv wamerican >/dev/null || { echo "build.sh: cannot install bible-kjv wamerican" >&2; exit 1; }
+    fi
     build/strata mkmodel -o "$W/skeleton.gguf" --preset tiny $SHAPE --type f32 -q
-    $PY tools/train/make_corpus.py "$W/skeleton.gguf" .train_data --n-chat 40000
+    $PY tools/train/make_corpus.py "$W/skeleton.gguf" .train_data --n-chat 80000
     $PY - "$W/skeleton.gguf" <<'EOF'
 import json, sys
 sys.path.insert(0, "tests/ref")

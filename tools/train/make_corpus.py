@@ -167,6 +167,8 @@ def main(argv):
                  "letter_tokens": len(letters),
                  "letter_tokens_in_copy_ge_10": int((copy_cnt[letters] >= 10).sum()),
                  "letter_tokens_in_copy_0": int((copy_cnt[letters] == 0).sum()),
+                 "letter_tokens_copy_quantiles_10_25_50": [int(np.percentile(copy_cnt[letters], q))
+                                                           for q in (10, 25, 50)],
                  "examples": {texts[t]: [int(stream[t]), int(copy_cnt[t])] for t in
                               (tok.ref.ids.get(x.encode()) for x in ("ris", "met", "outing", "Ġdu", "stre", "ups",
                                                                      "gra", "ik", "se", "fe", "ri"))

@@ -102,11 +102,12 @@ class CopyVocab:
     in copy position again and again and rare ones almost never, and the model then writes a
     frequent piece for a rare one. So draws here are balanced by piece: count every piece that
     a drawn name puts into copy position (its bare and its space-prefixed tokenisation), and
-      - 'piece' draws (55%): take the least-used of 8 random pieces, then a random word that
-        contains it (so every piece found in some word is drawn about equally often);
+      - 'piece' draws (60%): take the least-used of 16 random pieces, then a random word that
+        contains it (so every piece found in some word is drawn about equally often; for words
+        inside a phrase, which keep their leading space when copied, the space-prefixed pieces);
       - 'string' draws (25%): 1-3 least-used bare letter pieces of the vocabulary joined, e.g.
         'ris' + 'outing' (pieces no dictionary word produces get practice too);
-      - 'plain' draws (20%): a uniform dictionary word (natural names).
+      - 'plain' draws (15%): a uniform dictionary word (natural names).
     Phrases mix these with function words, capitalised words, acronyms and commas, or are
     word spans of the training prose (spans). Held-out words and phrases are never produced.
     Deterministic given the caller's random.Random."""
@@ -116,12 +117,15 @@ class CopyVocab:
         self.encode = encode
         self.held = held_words()
         self.cnt = {}
-        idx = {}
+        idx, idx_sp = {}, {}
         for w in words:
-            for t in set(encode(w)) | set(encode(" " + w)):
+            sp = encode(" " + w)
+            for t in set(encode(w)) | set(sp):
                 idx.setdefault(t, []).append(w)
-        self.idx = idx
-        self.toks = sorted(idx)
+            for t in set(sp):
+                idx_sp.setdefault(t, []).append(w)
+        self.idx, self.idx_sp = idx, idx_sp
+        self.toks, self.toks_sp = sorted(idx), sorted(idx_sp)
         # bare lower-case letter pieces (GPT-2 byte alphabet: a leading space is 'Ġ')
         self.pieces = [t for t, s in enumerate(token_texts)
                        if s.isascii() and s.isalpha() and s.islower() and not s.startswith("Ġ")]
@@ -133,7 +137,7 @@ class CopyVocab:
         for t in self.encode(text) + self.encode(" " + text):
             self.cnt[t] = self.cnt.get(t, 0) + 1
 
-    def _least(self, r, cands, k=8):
+    def _least(self, r, cands, k=16):
         best = None
         for _ in range(k):
             t = r.choice(cands)
@@ -141,12 +145,15 @@ class CopyVocab:
                 best = t
         return best
 
-    def word(self, r):
+    def word(self, r, inner=False):
+        """inner: a word inside a phrase, copied with its leading space: balance its spaced pieces."""
         x = r.random()
         while True:
-            if x < 0.55:
+            if x < 0.6 and inner:
+                w = r.choice(self.idx_sp[self._least(r, self.toks_sp)])
+            elif x < 0.6:
                 w = r.choice(self.idx[self._least(r, self.toks)])
-            elif x < 0.8:
+            elif x < 0.85:
                 w = "".join(self.piece_text[self._least(r, self.pieces)] for _ in range(r.randint(1, 3)))
                 if not 3 <= len(w) <= 14:
                     continue
@@ -186,9 +193,9 @@ class CopyVocab:
                 w = "".join(r.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(r.randint(2, 4)))
                 self.use(w)
             elif x < 0.42:
-                w = self.word(r).capitalize()
+                w = self.word(r, i > 0).capitalize()
             else:
-                w = self.word(r)
+                w = self.word(r, i > 0)
             ws.append(w)
         ph = ws[0]
         for w in ws[1:]:
