@@ -6,26 +6,35 @@
  * Contract (quant.h): y[c * ldy + r] = dot(n, w + r * wstride, a + c * astride)
  * for r < nw, c < na, every output BIT-IDENTICAL to the same type's
  * quant_avx2_dot_* (quant_avx2.c) on that pair. How that holds:
- *   - the float arithmetic of a pair is the dot's, operation for operation
- *     and in the same order: per super-block the same scalar products
- *     (d = y.d * h2f(x.d), dmin = -y.d * h2f(x.dmin)), the same FMAs into
- *     the same accumulator vectors, block after block in order, and the
- *     same horizontal sums at the end;
+ *   - every float operation of a pair is the dot's, in the same order: per
+ *     super-block the same products d = y.d * h2f(x.d) and dmin = -y.d *
+ *     h2f(x.dmin) (computed for 8 rows in one vector multiply: lane c is
+ *     the same IEEE product), the same FMAs into the same accumulator lanes
+ *     block after block, and the same tree of adds in the final horizontal
+ *     sums (done for 8 rows at once, lane c = row c; see hsum8_rows);
  *   - the int32 per-lane block sums (sumi) are the dot's lane for lane: the
- *     same maddubs/madd pairs land in the same 32-bit lanes. Only the order
- *     of the int32 additions inside a lane may differ, which is exact (the
- *     sums are far from overflow: |lane| < 2^24 for every type), and no
- *     int16 step saturates (bounds per type below), as in the dot.
+ *     same maddubs/madd pairs land in the same 32-bit lanes; only the order
+ *     of the int32 additions inside a lane differs, which is exact (wrapping
+ *     int32 addition is associative; the true sums are far below 2^31), and
+ *     the int16 maddubs steps see the same byte pairs as in the dot (where
+ *     the quant bytes are built with fewer instructions, they are the same
+ *     bytes), so they saturate never (bounds per type below) and identically.
  * What changes is the loop structure:
  *   - register blocking: a weight super-block's quants and scales are
- *     unpacked once and applied to NA_BLK activation rows, each with its
- *     own accumulators (1 weight row x up to 4 activation rows);
+ *     unpacked once and applied to up to NA_BLK = 8 activation rows, each
+ *     with its own accumulators (1 weight row x 8 activation rows; then 4,
+ *     then 2..3 for the rest of na; a single row is the dot itself);
+ *   - work shared across weight rows: per activation group the values that
+ *     depend only on the activations (sub-block sums of bsums, y.d, -y.d)
+ *     are computed once (blk_aux) instead of once per weight row;
  *   - cache blocking: a chunk of weight rows (about WCHUNK_BYTES) is run
  *     against every group of activation rows before moving on, so the
- *     chunk stays in L2 while each group of NA_BLK activation rows (NA_BLK
- *     x n/256 x 292 bytes: 9.3 KB at n = 2048) stays in L1.
+ *     chunk stays in L2 while each group of 8 activation rows (8 x n/256 x
+ *     292 bytes: 18.7 KB at n = 2048) stays in L1.
+ * Rows longer than AUX_BLOCKS super-blocks (n > 32768) take the dot loop.
  * The single-row dots are the reference; tests/unit/test_gemm_k.c checks
- * every output bitwise against them. No allocation, no state. */
+ * every output bitwise against them (bench/gemm.c measures the speed). No
+ * allocation (24 KB of stack), no state. */
 #include "quant/quant_impl.h"
 
 #include <immintrin.h>
@@ -36,7 +45,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-#define NA_BLK 4                    /* activation rows per register block */
+#define NA_BLK 8                    /* activation rows per register block */
 #define WCHUNK_BYTES (128 * 1024)   /* weight bytes per cache block (L2) */
 
 #if defined(__GNUC__)
@@ -48,21 +57,6 @@
 /* ==== Helpers: copies of quant_avx2.c's (must stay identical to them) ==== */
 
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-static inline float hsum_f32_8(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
-static inline float hsum_f32_4(__m128 r)
-{
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
 
 /* Broadcast masks (see quant_avx2.c): q3k entry i puts int16 scale 2i in the
  * low 128-bit half and 2i+1 in the high half; k4 entry i puts int16 scale i
@@ -107,79 +101,201 @@ static inline void k4_unpack(const uint8_t *s12, uint32_t utmp[4])
 
 static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-/* ==== Driver ====
- * A row kernel computes one weight row against nc (1..NA_BLK) activation
- * rows: y[c * ldy] = dot(w, a + c * astride), c < nc. */
-typedef void (*rows_fn)(int64_t nb, const void *w, const uint8_t *a, size_t astride, int nc, float *y, size_t ldy);
+/* Register barrier: the compiler must materialize v here and forget what it
+ * knows about it. Used on the int32 block accumulators so that GCC does not
+ * reassociate a whole block's maddubs/madd products into one late add tree
+ * (which keeps every product live and spills them); the sums are exact, so
+ * the barrier changes no result, only the schedule. Emits no instruction. */
+#if defined(__GNUC__)
+#define KEEP(v) __asm__("" : "+x"(v))
+#else
+#define KEEP(v) ((void)0)
+#endif
 
-/* Cache blocking around a row kernel (see the file comment). wblock: bytes
- * of one weight super-block; every (r, c) pair is computed exactly once. */
-static void gemm_blocked(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
-                         float *y, size_t ldy, size_t wblock, rows_fn fn)
+/* ==== Driver ==== */
+
+/* Per (super-block, activation group) values that every weight row of a
+ * chunk would otherwise recompute, filled once per group and chunk:
+ *   q8s[c]:     the eight 32-value sub-block sums of row c (the Q4_K/Q5_K
+ *               dots' _mm_hadd_epi16 of bsums; |sum| <= 4064 fits int16);
+ *   yd[c], nyd[c]: y.d and -y.d of row c, so that one vector multiply by
+ *               broadcast h2f(x.d) gives all rows' d = y.d * h2f(x.d) (and
+ *               dmin = -y.d * h2f(x.dmin)), lane c the same IEEE product as
+ *               the dot's scalar one.
+ * Rows c >= nc are zero (their lanes are computed and discarded). */
+typedef struct blk_aux {
+    __m128i q8s[NA_BLK];
+    float   yd[NA_BLK], nyd[NA_BLK];
+} blk_aux;
+#define AUX_BLOCKS 128   /* n <= 32768 (24 KB of stack); longer rows take the dot loop */
+
+/* A row kernel: one weight row against nc (2, 3, 4 or 8) activation rows,
+ * y[c * ldy] = dot(w, a + c * astride) for c < nc; aux[i] for super-block i. */
+typedef void (*rows_fn)(int64_t nb, const void *w, const uint8_t *a, size_t astride, int nc, float *y, size_t ldy,
+                        const blk_aux *aux);
+typedef float (*dot_fn)(int64_t n, const void *w, const void *a);
+
+#define YBLK(c) ((const block_q8_K *)(a + (size_t)(c) * astride))
+
+static void aux_fill(int64_t nb, const uint8_t *a, size_t astride, int nc, blk_aux *aux)
 {
-    const int64_t nb = n / QK_K;
-    const size_t wbytes = (size_t)nb * wblock;
-    int chunk = wbytes ? (int)(WCHUNK_BYTES / wbytes) : nw;
-    if (chunk < 1) chunk = 1;
-    const uint8_t *wb = w, *ab = a;
-    for (int r0 = 0; r0 < nw; r0 += chunk) {
-        const int r1 = nw - r0 < chunk ? nw : r0 + chunk;
-        for (int c0 = 0; c0 < na; c0 += NA_BLK) {
-            const int nc = na - c0 < NA_BLK ? na - c0 : NA_BLK;
-            const uint8_t *ac = ab + (size_t)c0 * astride;
-            float *yc = y + (size_t)c0 * ldy;
-            for (int r = r0; r < r1; r++) fn(nb, wb + (size_t)r * wstride, ac, astride, nc, yc + r, ldy);
+    for (int64_t i = 0; i < nb; i++) {
+        blk_aux *x = aux + i;
+        for (int c = 0; c < NA_BLK; c++) {
+            if (c < nc) {
+                const block_q8_K *yb = YBLK(c) + i;
+                const __m256i q8sums = load256(yb->bsums);
+                x->q8s[c] = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
+                x->yd[c] = yb->d;
+                x->nyd[c] = -yb->d;
+            } else {
+                x->q8s[c] = _mm_setzero_si128();
+                x->yd[c] = x->nyd[c] = 0.0f;
+            }
         }
     }
 }
 
-/* Instantiate a row kernel body (static ALWAYS_INLINE t##_k(..., nc)) for
- * each constant nc, so the per-row arrays below become registers. */
+/* Cache blocking around a row kernel (see the file comment): for each chunk
+ * of weight rows (about WCHUNK_BYTES), for each group of activation rows (8
+ * at a time, then a 4 and the 1..3 rest; a group of 1 is the plain dot),
+ * every row of the chunk. wblock:
+ * bytes of one weight super-block; dot: the type's single-row dot, used
+ * for rows longer than AUX_BLOCKS super-blocks. Every (r, c) pair is
+ * computed exactly once. */
+static void gemm_blocked(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
+                         float *y, size_t ldy, size_t wblock, rows_fn fn, dot_fn dot)
+{
+    const int64_t nb = n / QK_K;
+    const uint8_t *wb = w, *ab = a;
+    if (nb > AUX_BLOCKS) {
+        for (int r = 0; r < nw; r++)
+            for (int c = 0; c < na; c++)
+                y[(size_t)c * ldy + (size_t)r] = dot(n, wb + (size_t)r * wstride, ab + (size_t)c * astride);
+        return;
+    }
+    blk_aux aux[AUX_BLOCKS];
+    const size_t wbytes = (size_t)nb * wblock;
+    int chunk = wbytes ? (int)(WCHUNK_BYTES / wbytes) : nw;
+    if (chunk < 1) chunk = 1;
+    for (int r0 = 0; r0 < nw; r0 += chunk) {
+        const int r1 = nw - r0 < chunk ? nw : r0 + chunk;
+        for (int c0 = 0; c0 < na;) {
+            const int left = na - c0, nc = left >= NA_BLK ? NA_BLK : left >= 4 ? 4 : left;
+            const uint8_t *ac = ab + (size_t)c0 * astride;
+            float *yc = y + (size_t)c0 * ldy;
+            if (nc == 1) {   /* nothing to share: the dot itself is the fastest kernel */
+                for (int r = r0; r < r1; r++) yc[r] = dot(n, wb + (size_t)r * wstride, ac);
+            } else {
+                aux_fill(nb, ac, astride, nc, aux);
+                for (int r = r0; r < r1; r++) fn(nb, wb + (size_t)r * wstride, ac, astride, nc, yc + r, ldy, aux);
+            }
+            c0 += nc;
+        }
+    }
+}
+
+/* Instantiate a row kernel body (static ALWAYS_INLINE t##_k(..., nc, ...))
+ * for each constant nc the driver uses, so that the per-row arrays in the
+ * body become registers. */
 #define ROWS_DISPATCH(t) \
-    static void t##_rows(int64_t nb, const void *w, const uint8_t *a, size_t astride, int nc, float *y, size_t ldy) \
+    static void t##_rows(int64_t nb, const void *w, const uint8_t *a, size_t astride, int nc, float *y, size_t ldy, \
+                         const blk_aux *aux) \
     { \
         switch (nc) { \
-        case 4: t##_k(nb, w, a, astride, 4, y, ldy); break; \
-        case 3: t##_k(nb, w, a, astride, 3, y, ldy); break; \
-        case 2: t##_k(nb, w, a, astride, 2, y, ldy); break; \
-        default: t##_k(nb, w, a, astride, 1, y, ldy); break; \
+        case 8: t##_k(nb, w, a, astride, 8, y, ldy, aux); break; \
+        case 4: t##_k(nb, w, a, astride, 4, y, ldy, aux); break; \
+        case 3: t##_k(nb, w, a, astride, 3, y, ldy, aux); break; \
+        default: t##_k(nb, w, a, astride, 2, y, ldy, aux); break; \
         } \
     }
+_Static_assert(NA_BLK == 8, "ROWS_DISPATCH, gemm_blocked and the lane tables assume groups of 8");
 
-#define YBLK(c) ((const block_q8_K *)(a + (size_t)(c) * astride))
+/* vpermps indices: broadcast lane c; lanes (2p, 2p+1) to the two halves. */
+static inline __m256 lane_bcast(__m256 v, int c) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(c)); }
+static inline __m256 lane_pair(__m256 v, int p)
+{
+    return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1));
+}
+
+/* Horizontal sums of 8 rows at once, lane c = row c, each bit-identical to
+ * the single-row helpers (same tree of float adds per row, only packed):
+ *   hsum_f32_8(x) = ((x0+x4) + (x2+x6)) + ((x1+x5) + (x3+x7))
+ *   hsum_f32_4(r) = (r0+r2) + (r1+r3)
+ * sum4_step: from S[k] = [row k | row k+4] (4 lanes each), lane c of the
+ * result is hsum_f32_4 of row c. */
+static inline __m256 sum4_step(__m256 s0, __m256 s1, __m256 s2, __m256 s3)
+{
+    const __m256 r1 = _mm256_add_ps(_mm256_shuffle_ps(s0, s1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm256_shuffle_ps(s0, s1, _MM_SHUFFLE(3, 2, 3, 2)));   /* a0+a2 a1+a3 b0+b2 b1+b3 */
+    const __m256 r2 = _mm256_add_ps(_mm256_shuffle_ps(s2, s3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm256_shuffle_ps(s2, s3, _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm256_add_ps(_mm256_shuffle_ps(r1, r2, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm256_shuffle_ps(r1, r2, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+/* lane c = hsum_f32_8(v[c]) */
+static inline __m256 hsum8_rows(const __m256 v[NA_BLK])
+{
+    __m256 s[4];
+    for (int k = 0; k < 4; k++)
+        s[k] = _mm256_add_ps(_mm256_permute2f128_ps(v[k], v[k + 4], 0x31), _mm256_permute2f128_ps(v[k], v[k + 4], 0x20));
+    return sum4_step(s[0], s[1], s[2], s[3]);
+}
+/* lane c = hsum_f32_4(row c), rows packed in pairs: m[p] = [row 2p | row 2p+1] */
+static inline __m256 hsum4_pairs(const __m256 m[NA_BLK / 2])
+{
+    return sum4_step(_mm256_permute2f128_ps(m[0], m[2], 0x20), _mm256_permute2f128_ps(m[0], m[2], 0x31),
+                     _mm256_permute2f128_ps(m[1], m[3], 0x20), _mm256_permute2f128_ps(m[1], m[3], 0x31));
+}
+/* y[c * ldy] = lane c of v, c < nc */
+static inline void store_rows(__m256 v, int nc, float *y, size_t ldy)
+{
+    float t[NA_BLK];
+    _mm256_storeu_ps(t, v);
+    for (int c = 0; c < nc; c++) y[(size_t)c * ldy] = t[c];
+}
+
+#define DEFINE_GEMM(t) \
+    void quant_avx2_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na, \
+                             float *y, size_t ldy) \
+    { \
+        gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_##t), t##_rows, quant_avx2_dot_##t); \
+    }
 
 /* ==== Q4_K ====
- * Dot (quant_avx2_dot_q4_K): per block, acc_m += dmin * (mins . pairwise
- * bsums) (4 lanes), sumi = sum_j scale * maddubs(q4, q8) (8 lanes),
- * acc += d * sumi. int16: 2 * 15 * 127 = 3810, no saturation. */
+ * Dot (quant_avx2_dot_q4_K), per super-block: acc_m += dmin * (mins . q8s)
+ * (4 lanes), sumi = sum_j scale * maddubs(q4, q8) (8 lanes), acc += d * sumi;
+ * result hsum(acc) + hsum(acc_m). int16: 2 * 15 * 127 = 3810, no saturation.
+ * Here two rows' 4-lane acc_m share one vector (row 2p low half, 2p+1 high
+ * half: the same lane operations, half the instructions). */
 static ALWAYS_INLINE void q4_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
-                                 float *y, size_t ldy)
+                                 float *y, size_t ldy, const blk_aux *aux)
 {
     const block_q4_K *x = vw;
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc[NA_BLK];
-    __m128 acc_m[NA_BLK];
+    const int np = (nc + 1) / 2;
+    __m256 acc[NA_BLK], acc_m[NA_BLK / 2];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
 #pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) { acc[c] = _mm256_setzero_ps(); acc_m[c] = _mm_setzero_ps(); }
+    for (int p = 0; p < np; p++) acc_m[p] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const float xd = h2f(x[i].d), xdmin = h2f(x[i].dmin);
+        const blk_aux *ax = aux + i;
+        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_set1_ps(h2f(x[i].d)));
+        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_set1_ps(h2f(x[i].dmin)));
         uint32_t utmp[4];
         k4_unpack(x[i].scales, utmp);
         const __m256i mins_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
         const __m128i mins = _mm256_extracti128_si256(mins_scales, 1);
         const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
-        const __m256i scales = _mm256_setr_m128i(sc128, sc128);
+        const __m256i scales = _mm256_setr_m128i(sc128, sc128), mins2 = _mm256_setr_m128i(mins, mins);
 #pragma GCC unroll 4
-        for (int c = 0; c < nc; c++) {
-            const block_q8_K *yb = YBLK(c) + i;
-            const float dmin = -yb->d * xdmin;
-            const __m256i q8sums = load256(yb->bsums);
-            const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
-            const __m128i prod = _mm_madd_epi16(mins, q8s);
-            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[c]);
+        for (int p = 0; p < np; p++) {
+            const __m256i prod = _mm256_madd_epi16(mins2, load256(&ax->q8s[2 * p]));
+            acc_m[p] = _mm256_fmadd_ps(lane_pair(vdmin8, p), _mm256_cvtepi32_ps(prod), acc_m[p]);
         }
         __m256i sumi[NA_BLK];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int c = 0; c < nc; c++) sumi[c] = _mm256_setzero_si256();
         const uint8_t *q4 = x[i].qs;
 #pragma GCC unroll 4
@@ -189,27 +305,285 @@ static ALWAYS_INLINE void q4_K_k(int64_t nb, const void *vw, const uint8_t *a, s
             const __m256i bits = load256(q4);
             const __m256i q4l = _mm256_and_si256(bits, m4);
             const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int c = 0; c < nc; c++) {
                 const int8_t *q8 = YBLK(c)[i].qs + 64 * j;
                 const __m256i pl = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, load256(q8)));
                 const __m256i ph = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, load256(q8 + 32)));
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
+                sumi[c] = _mm256_add_epi32(sumi[c], pl);
+                sumi[c] = _mm256_add_epi32(sumi[c], ph);
+                KEEP(sumi[c]);
             }
         }
-#pragma GCC unroll 4
-        for (int c = 0; c < nc; c++) {
-            const float d = YBLK(c)[i].d * xd;
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-        }
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++)
+            acc[c] = _mm256_fmadd_ps(lane_bcast(vd8, c), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
     }
+    /* y = hsum_f32_8(acc) + hsum_f32_4(acc_m), all rows at once */
+    __m256 v[NA_BLK], m[NA_BLK / 2];
+#pragma GCC unroll 8
+    for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
 #pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) y[(size_t)c * ldy] = hsum_f32_8(acc[c]) + hsum_f32_4(acc_m[c]);
+    for (int p = 0; p < NA_BLK / 2; p++) m[p] = p < np ? acc_m[p] : _mm256_setzero_ps();
+    store_rows(_mm256_add_ps(hsum8_rows(v), hsum4_pairs(m)), nc, y, ldy);
 }
 ROWS_DISPATCH(q4_K)
+DEFINE_GEMM(q4_K)
 
-void quant_avx2_gemm_q4_K(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
-                          float *y, size_t ldy)
+/* ==== Q5_K ====
+ * Dot (quant_avx2_dot_q5_K), per super-block: summs += dmin * hsum(mins .
+ * q8s) as one scalar FMA (fused as GCC contracts ggml's line), sumi =
+ * sum_j scale * maddubs(q5, q8), acc += d * sumi; result hsum(acc) + summs.
+ * int16: 2 * 31 * 127 = 7874. Here the eight rows' scalar summs live in one
+ * vector, lanes in row order 0 2 4 6 1 3 5 7 (what two rounds of hadd give),
+ * each lane the dot's scalar FMA. The fifth bit of each quant is moved into
+ * place as 0x10 with one shift and one AND (the same bytes as the dot's
+ * and/shift/shift). */
+static inline __m256i q5_hbit(__m256i hbits, int k)   /* bit k of each byte -> 0x10 */
 {
-    gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_q4_K), q4_K_rows);
+    const __m256i t = k <= 4 ? _mm256_slli_epi16(hbits, 4 - k) : _mm256_srli_epi16(hbits, k - 4);
+    return _mm256_and_si256(t, _mm256_set1_epi8(0x10));
 }
+
+static ALWAYS_INLINE void q5_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
+                                 float *y, size_t ldy, const blk_aux *aux)
+{
+    const block_q5_K *x = vw;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const int np = (nc + 1) / 2;
+    __m256 acc[NA_BLK], summs = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_aux *ax = aux + i;
+        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_set1_ps(h2f(x[i].d)));
+        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_set1_ps(h2f(x[i].dmin)));
+        uint32_t utmp[4];
+        k4_unpack(x[i].scales, utmp);
+        const __m256i mins_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
+        const __m128i mins = _mm256_extracti128_si256(mins_scales, 1);
+        const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
+        const __m256i scales = _mm256_setr_m128i(sc128, sc128), mins2 = _mm256_setr_m128i(mins, mins);
+        __m256i prod[NA_BLK / 2];
+#pragma GCC unroll 4
+        for (int p = 0; p < NA_BLK / 2; p++)
+            prod[p] = p < np ? _mm256_madd_epi16(mins2, load256(&ax->q8s[2 * p])) : _mm256_setzero_si256();
+        /* lanes: rows 0 2 4 6 | 1 3 5 7, each the sum of the row's 4 products */
+        const __m256i hs = _mm256_hadd_epi32(_mm256_hadd_epi32(prod[0], prod[1]), _mm256_hadd_epi32(prod[2], prod[3]));
+        const __m256 vdm = _mm256_permutevar8x32_ps(vdmin8, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+        summs = _mm256_fmadd_ps(vdm, _mm256_cvtepi32_ps(hs), summs);
+        const __m256i hbits = load256(x[i].qh);
+        __m256i sumi[NA_BLK];
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) sumi[c] = _mm256_setzero_si256();
+        const uint8_t *q5 = x[i].qs;
+#pragma GCC unroll 4
+        for (int j = 0; j < QK_K / 64; j++, q5 += 32) {
+            const __m256i scale_0 = _mm256_shuffle_epi8(scales, shuffle_k4(2 * j));
+            const __m256i scale_1 = _mm256_shuffle_epi8(scales, shuffle_k4(2 * j + 1));
+            const __m256i bits = load256(q5);
+            const __m256i q0 = _mm256_add_epi8(_mm256_and_si256(bits, m4), q5_hbit(hbits, 2 * j));
+            const __m256i q1 = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), q5_hbit(hbits, 2 * j + 1));
+#pragma GCC unroll 8
+            for (int c = 0; c < nc; c++) {
+                const int8_t *q8 = YBLK(c)[i].qs + 64 * j;
+                const __m256i p0 = _mm256_madd_epi16(scale_0, _mm256_maddubs_epi16(q0, load256(q8)));
+                const __m256i p1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q1, load256(q8 + 32)));
+                sumi[c] = _mm256_add_epi32(sumi[c], p0);
+                sumi[c] = _mm256_add_epi32(sumi[c], p1);
+                KEEP(sumi[c]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++)
+            acc[c] = _mm256_fmadd_ps(lane_bcast(vd8, c), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+    }
+    /* y = hsum_f32_8(acc) + summs, all rows at once (summs back to row order) */
+    __m256 v[NA_BLK];
+#pragma GCC unroll 8
+    for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
+    const __m256 sm = _mm256_permutevar8x32_ps(summs, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    store_rows(_mm256_add_ps(hsum8_rows(v), sm), nc, y, ldy);
+}
+ROWS_DISPATCH(q5_K)
+DEFINE_GEMM(q5_K)
+
+/* ==== Q6_K ====
+ * Dot (quant_avx2_dot_q6_K), per super-block: sumi = sum scale * maddubs(q6,
+ * q8) - 32 * (bsums . scales) (the -32 offset), acc += d * sumi. q6 is
+ * unsigned 0..63: int16 2 * 63 * 127 = 16002, no saturation. The two high
+ * bits go into place with one shift and one AND per quarter (same bytes as
+ * the dot's and/shift). */
+static inline __m256i q6_hbits(__m256i bh, int k)   /* bits 2k, 2k+1 of each byte -> bits 4, 5 */
+{
+    const __m256i t = k <= 2 ? _mm256_slli_epi16(bh, 4 - 2 * k) : _mm256_srli_epi16(bh, 2 * k - 4);
+    return _mm256_and_si256(t, _mm256_set1_epi8(0x30));
+}
+
+static ALWAYS_INLINE void q6_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
+                                 float *y, size_t ldy, const blk_aux *aux)
+{
+    const block_q6_K *x = vw;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc[NA_BLK];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_aux *ax = aux + i;
+        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_set1_ps(h2f(x[i].d)));
+        const __m128i scales = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
+        __m256i sumi[NA_BLK];
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++)   /* -32 * sum_g scale[g] * bsums[g], per lane pair */
+            sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_slli_epi32(_mm256_madd_epi16(load256(YBLK(c)[i].bsums), scales16), 5));
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+#pragma GCC unroll 2
+        for (int j = 0; j < QK_K / 128; j++, ql += 64, qh += 32) {
+            const __m256i b1 = load256(ql), b2 = load256(ql + 32), bh = load256(qh);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i lo = k == 0 ? _mm256_and_si256(b1, m4)
+                                 : k == 1 ? _mm256_and_si256(b2, m4)
+                                 : k == 2 ? _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4)
+                                          : _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4);
+                const __m256i q = _mm256_or_si256(lo, q6_hbits(bh, k));
+                const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuffle_q6k(4 * j + k)));
+#pragma GCC unroll 8
+                for (int c = 0; c < nc; c++) {
+                    const int8_t *q8 = YBLK(c)[i].qs + 128 * j + 32 * k;
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, load256(q8))));
+                    KEEP(sumi[c]);
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++)
+            acc[c] = _mm256_fmadd_ps(lane_bcast(vd8, c), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+    }
+    __m256 v[NA_BLK];
+#pragma GCC unroll 8
+    for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
+    store_rows(hsum8_rows(v), nc, y, ldy);
+}
+ROWS_DISPATCH(q6_K)
+DEFINE_GEMM(q6_K)
+
+/* ==== Q2_K ====
+ * Dot (quant_avx2_dot_q2_K), per super-block: acc += dmin * (mins . bsums)
+ * first, then sumi = sum scale * maddubs(q2, q8), acc += d * sumi (one
+ * accumulator, that order). int16: 2 * 3 * 127, no saturation. */
+static ALWAYS_INLINE void q2_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
+                                 float *y, size_t ldy, const blk_aux *aux)
+{
+    const block_q2_K *x = vw;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    __m256 acc[NA_BLK];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_aux *ax = aux + i;
+        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_set1_ps(h2f(x[i].d)));
+        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_set1_ps(h2f(x[i].dmin)));
+        const __m128i ms = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m128i sc8 = _mm_and_si128(ms, m4);
+        const __m256i mn16 = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(ms, 4), m4));
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) {
+            const __m256i prod = _mm256_madd_epi16(mn16, load256(YBLK(c)[i].bsums));
+            acc[c] = _mm256_fmadd_ps(lane_bcast(vdmin8, c), _mm256_cvtepi32_ps(prod), acc[c]);
+        }
+        const __m256i all = _mm256_cvtepi8_epi16(sc8);
+        const __m128i lo = _mm256_castsi256_si128(all), hi = _mm256_extracti128_si256(all, 1);
+        const __m256i scales[2] = { _mm256_setr_m128i(lo, lo), _mm256_setr_m128i(hi, hi) };
+        __m256i sumi[NA_BLK];
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) sumi[c] = _mm256_setzero_si256();
+        const uint8_t *q2 = x[i].qs;
+#pragma GCC unroll 2
+        for (int j = 0; j < QK_K / 128; j++, q2 += 32) {
+            const __m256i bits = load256(q2);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+                const __m256i sc = _mm256_shuffle_epi8(scales[j], shuffle_q3k(k));
+#pragma GCC unroll 8
+                for (int c = 0; c < nc; c++) {
+                    const int8_t *q8 = YBLK(c)[i].qs + 128 * j + 32 * k;
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, load256(q8))));
+                    KEEP(sumi[c]);
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++)
+            acc[c] = _mm256_fmadd_ps(lane_bcast(vd8, c), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+    }
+    __m256 v[NA_BLK];
+#pragma GCC unroll 8
+    for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
+    store_rows(hsum8_rows(v), nc, y, ldy);
+}
+ROWS_DISPATCH(q2_K)
+DEFINE_GEMM(q2_K)
+
+/* ==== Q3_K ====
+ * Dot (quant_avx2_dot_q3_K), per super-block: sumi = sum scale *
+ * (maddubs(low2, q8) - maddubs(4 * !hbit, q8)), acc += d * sumi. The int16
+ * difference is exact (|.| <= 2 * 4 * 127). The "4 where the high bit is
+ * clear" bytes come from one ANDNOT and one shift (same bytes as the dot's
+ * andnot/shift/shift). */
+static ALWAYS_INLINE void q3_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
+                                 float *y, size_t ldy, const blk_aux *aux)
+{
+    const block_q3_K *x = vw;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m32 = _mm_set1_epi8(32);
+    __m256 acc[NA_BLK];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_aux *ax = aux + i;
+        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_set1_ps(h2f(x[i].d)));
+        int8_t sc[16];
+        quant_q3k_scales(x[i].scales, sc);
+        const __m256i all = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_loadu_si128((const __m128i *)sc), m32));
+        const __m128i lo = _mm256_castsi256_si128(all), hi = _mm256_extracti128_si256(all, 1);
+        const __m256i scales[2] = { _mm256_setr_m128i(lo, lo), _mm256_setr_m128i(hi, hi) };
+        const __m256i hbits = load256(x[i].hmask);
+        __m256i sumi[NA_BLK];
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) sumi[c] = _mm256_setzero_si256();
+        const uint8_t *q3 = x[i].qs;
+#pragma GCC unroll 2
+        for (int j = 0; j < QK_K / 128; j++, q3 += 32) {
+            const __m256i bits = load256(q3);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const int bit = 4 * j + k;
+                const __m256i ql = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+                const __m256i nh = _mm256_andnot_si256(hbits, _mm256_set1_epi8((char)(1 << bit)));
+                const __m256i qh = bit <= 2 ? _mm256_slli_epi16(nh, 2 - bit) : _mm256_srli_epi16(nh, bit - 2);
+                const __m256i sck = _mm256_shuffle_epi8(scales[j], shuffle_q3k(k));
+#pragma GCC unroll 8
+                for (int c = 0; c < nc; c++) {
+                    const __m256i y8 = load256(YBLK(c)[i].qs + 128 * j + 32 * k);
+                    const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(ql, y8), _mm256_maddubs_epi16(qh, y8));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sck, p16));
+                    KEEP(sumi[c]);
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++)
+            acc[c] = _mm256_fmadd_ps(lane_bcast(vd8, c), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+    }
+    __m256 v[NA_BLK];
+#pragma GCC unroll 8
+    for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
+    store_rows(hsum8_rows(v), nc, y, ldy);
+}
+ROWS_DISPATCH(q3_K)
+DEFINE_GEMM(q3_K)

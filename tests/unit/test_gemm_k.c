@@ -17,7 +17,8 @@
  * dot type's act_quant. Shapes: nw and na over 1 2 3 4 5 7 8 9 13 17 (every
  * remainder of the 4-row activation blocks), n in 256 512 2048 4096, with
  * padded strides (wstride > row bytes, astride > activation row bytes,
- * ldy > nw); plus one shape with more weight rows than one cache chunk.
+ * ldy > nw); plus one shape with more weight rows than one cache chunk,
+ * and rows of 128 and 129 super-blocks (the kernels' table limit).
  *
  * Without AVX2 + FMA + F16C the kernels cannot run: each case passes with a
  * note. A type without a kernel yet is noted and skipped. */
@@ -216,11 +217,40 @@ static void run_type_big(int t)
     free(w); free(a); free(tmp); free(y); free(y2);
 }
 
-TEST(test_gemm_q4_K) { run_type(QTYPE_Q4_K); run_type_big(QTYPE_Q4_K); }
-TEST(test_gemm_q6_K) { run_type(QTYPE_Q6_K); run_type_big(QTYPE_Q6_K); }
-TEST(test_gemm_q5_K) { run_type(QTYPE_Q5_K); run_type_big(QTYPE_Q5_K); }
-TEST(test_gemm_q2_K) { run_type(QTYPE_Q2_K); run_type_big(QTYPE_Q2_K); }
-TEST(test_gemm_q3_K) { run_type(QTYPE_Q3_K); run_type_big(QTYPE_Q3_K); }
+/* Rows longer than the kernels' per-group tables (n > 32768: they fall back
+ * to the dot loop) and exactly at the limit. */
+static void run_type_long(int t)
+{
+    quant_ops ops, aops;
+    if (!g_have_avx2) return;
+    CHECK(quant_ops_get(t, CPU_ISA_AVX2, &ops, NULL) == 0);
+    CHECK(quant_ops_get(ops.dot_type, CPU_ISA_AVX2, &aops, NULL) == 0);
+    if (!ops.gemm) return;
+    rng r = { 0x999u + (uint64_t)t };
+    static const int64_t ns[] = { 256 * 128, 256 * 129 };
+    const int nw = 3, na = 9;
+    for (int k = 0; k < 2; k++) {
+        const int64_t n = ns[k];
+        const size_t wstride = row_bytes(t, n), astride = row_bytes(ops.dot_type, n), ldy = (size_t)nw;
+        uint8_t *w = malloc(wstride * nw), *a = malloc(astride * na);
+        float *tmp = malloc(sizeof(float) * n);
+        float *y = malloc(sizeof(float) * ldy * na), *y2 = malloc(sizeof(float) * ldy * na);
+        CHECK(w && a && tmp && y && y2);
+        if (w && a && tmp && y && y2) {
+            make_weights(&r, &ops, n, nw, w, wstride, tmp);
+            make_acts(&r, &aops, n, na, a, astride, tmp);
+            const int bad = check_shape(&ops, w, wstride, nw, a, astride, na, n, y, y2, ldy);
+            CHECK_MSG(bad == 0, "%s n=%lld: %d outputs differ", qtype_name(t), (long long)n, bad);
+        }
+        free(w); free(a); free(tmp); free(y); free(y2);
+    }
+}
+
+TEST(test_gemm_q4_K) { run_type(QTYPE_Q4_K); run_type_big(QTYPE_Q4_K); run_type_long(QTYPE_Q4_K); }
+TEST(test_gemm_q6_K) { run_type(QTYPE_Q6_K); run_type_big(QTYPE_Q6_K); run_type_long(QTYPE_Q6_K); }
+TEST(test_gemm_q5_K) { run_type(QTYPE_Q5_K); run_type_big(QTYPE_Q5_K); run_type_long(QTYPE_Q5_K); }
+TEST(test_gemm_q2_K) { run_type(QTYPE_Q2_K); run_type_big(QTYPE_Q2_K); run_type_long(QTYPE_Q2_K); }
+TEST(test_gemm_q3_K) { run_type(QTYPE_Q3_K); run_type_big(QTYPE_Q3_K); run_type_long(QTYPE_Q3_K); }
 
 /* The dispatch itself: every K-quant's AVX2 ops carries a gemm kernel (this
  * file's subject) and the scalar ops carries none. */
