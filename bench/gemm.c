@@ -5,13 +5,14 @@
  *   gemm [--quick] [--best] [-o md|csv] [--type NAME]
  *
  * For each type (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K
- * Q6_K, AVX2 quant_ops), each shape (K=2048 x 768 weight rows, K=768 x 2048
- * weight rows: a MoE expert's gate/up and down matrices) and each number of
+ * Q6_K, AVX2 quant_ops), each shape (K=2048 x 768 weight rows, K=768, 512
+ * and 256 x 2048 weight rows: a MoE expert's gate/up matrix and down
+ * matrices of three model sizes, see k_shapes) and each number of
  * activation rows na in 1 4 8 16 64, it times
  *   (a) dot loop: quant_gemm with .gemm = NULL (nw x na calls of ops.dot),
  *   (b) gemm:     quant_gemm with the type's blocked kernel ("-" if none),
  * each as the median of several repetitions (one repetition: enough calls to
- * last >= 20 ms, 4 ms with --quick; --best: the fastest repetition instead,
+ * last >= 12 ms, 4 ms with --quick; --best: the fastest repetition instead,
  * for machines shared with other work), and prints GOPS = 2 * K * nw * na / time,
  * the speedup (b)/(a), and (b) as a fraction of the peak measured in the same
  * run by two in-file probes:
@@ -171,7 +172,11 @@ static double probe_gops(int fp32, double min_s)
 /* ==== Kernel timing ==== */
 
 typedef struct shape { int64_t k; int nw; } shape;
-static const shape k_shapes[] = { { 2048, 768 }, { 768, 2048 } };
+/* K x weight rows: a MoE expert's gate/up matrix (K = 2048 hidden, 768
+ * expert rows) and down matrices, whose K is the expert hidden size: 768
+ * (Qwen3-30B-A3B), 512 (Qwen3-Next-80B), 256 (the shortest K-quant row:
+ * one super-block), against 2048 output rows. */
+static const shape k_shapes[] = { { 2048, 768 }, { 768, 2048 }, { 512, 2048 }, { 256, 2048 } };
 static const int k_nas[] = { 1, 4, 8, 16, 64 };
 static const int k_types[] = { QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,
                                QTYPE_Q8_0, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K };
@@ -235,7 +240,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "gemm: this CPU lacks AVX2+FMA+F16C; nothing to measure\n");
         return 1;
     }
-    const run_cfg cfg = { quick ? 3 : 5, best, quick ? 0.004 : 0.02 };
+    const run_cfg cfg = { quick ? 3 : 5, best, quick ? 0.004 : 0.012 };
 
     const double int8_peak = probe_gops(0, quick ? 0.1 : 0.3);
     const double fp32_peak = probe_gops(1, quick ? 0.1 : 0.3);

@@ -11,7 +11,7 @@
  *     h2f(x.dmin) (computed for 8 rows in one vector multiply: lane c is
  *     the same IEEE product), the same FMAs into the same accumulator lanes
  *     block after block, and the same tree of adds in the final horizontal
- *     sums (done for 8 rows at once, lane c = row c; see hsum8_rows);
+ *     sums (done for 8 rows at once, in "pair order"; see hsum8_rows);
  *   - the int32 per-lane block sums (sumi) are the dot's lane for lane: the
  *     same maddubs/madd pairs land in the same 32-bit lanes; only the order
  *     of the int32 additions inside a lane differs, which is exact (wrapping
@@ -31,6 +31,27 @@
  *     against every group of activation rows before moving on, so the
  *     chunk stays in L2 while each group of 8 activation rows (8 x n/256 x
  *     292 bytes: 18.7 KB at n = 2048) stays in L1.
+ * Short rows (the MoE down projections: n = 256..768, 1..3 super-blocks)
+ * are where fixed costs show; the kernels are issue-bound (the int8 chain
+ * of the peak is maddubs + madd on ports 0/1, an add anywhere, and every
+ * other vector uop competes for the same three ports), so the work outside
+ * the maddubs/madd/add core is kept small:
+ *   - the weight-row loop runs inside the kernel (rows_fn takes a chunk's
+ *     rows), so constants and the stack frame are set up once per chunk and
+ *     group, not per row (at n = 256 that setup was about a third of a row);
+ *   - values the inner loops broadcast (per-sub-block scales as int16 pairs,
+ *     each row's d) are stored once per super-block and re-read with
+ *     vpbroadcastd / vbroadcastss, pure load uops, instead of a vpshufb or
+ *     vpermps each (bcast_buf);
+ *   - Q4_K/Q5_K scale unpacking is done in SIMD (k4_scales_mins) from one
+ *     16-byte load that also yields d and dmin (vcvtph2ps), instead of the
+ *     scalar k4_unpack plus inserts;
+ *   - Q6_K's -32 offset is one madd with -32 * scale per row (exact);
+ *   - the final horizontal sums come out in pair order, which needs no
+ *     cross-lane permutes for the two-rows-per-vector mins accumulators, and
+ *     are stored with scalar moves (no vextractps).
+ * Measured (bench/gemm.c): Q4_K at n = 256 went from about 42% to 55-60%
+ * of the int8 peak, at n = 768 from 59% to 68%.
  * Rows longer than AUX_BLOCKS super-blocks (n > 32768) take the dot loop.
  * The single-row dots are the reference; tests/unit/test_gemm_k.c checks
  * every output bitwise against them (bench/gemm.c measures the speed). No
@@ -58,46 +79,62 @@
 
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-/* Broadcast masks (see quant_avx2.c): q3k entry i puts int16 scale 2i in the
- * low 128-bit half and 2i+1 in the high half; k4 entry i puts int16 scale i
- * everywhere; q6k (128-bit) entry i gives bytes 2i x8 then 2i+1 x8. */
+/* Broadcast mask (see quant_avx2.c): q3k entry i puts int16 scale 2i in the
+ * low 128-bit half and 2i+1 in the high half. */
 static const uint8_t k_shuffle_q3k[128] = {
      0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,   2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
      4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,   6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7,
      8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9,  10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,
     12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,  14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,
 };
-static const uint8_t k_shuffle_k4[256] = {
-     0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-     2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
-     4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,
-     6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7,
-     8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9,
-    10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,
-    12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,
-    14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,
-};
-static const uint8_t k_shuffle_q6k[128] = {
-     0, 0, 0, 0, 0, 0, 0, 0,  1, 1, 1, 1, 1, 1, 1, 1,   2, 2, 2, 2, 2, 2, 2, 2,  3, 3, 3, 3, 3, 3, 3, 3,
-     4, 4, 4, 4, 4, 4, 4, 4,  5, 5, 5, 5, 5, 5, 5, 5,   6, 6, 6, 6, 6, 6, 6, 6,  7, 7, 7, 7, 7, 7, 7, 7,
-     8, 8, 8, 8, 8, 8, 8, 8,  9, 9, 9, 9, 9, 9, 9, 9,  10,10,10,10,10,10,10,10, 11,11,11,11,11,11,11,11,
-    12,12,12,12,12,12,12,12, 13,13,13,13,13,13,13,13,  14,14,14,14,14,14,14,14, 15,15,15,15,15,15,15,15,
-};
 static inline __m256i shuffle_q3k(int i) { return _mm256_loadu_si256((const __m256i *)k_shuffle_q3k + i); }
-static inline __m256i shuffle_k4(int i) { return _mm256_loadu_si256((const __m256i *)k_shuffle_k4 + i); }
-static inline __m128i shuffle_q6k(int i) { return _mm_loadu_si128((const __m128i *)k_shuffle_q6k + i); }
 
-/* Q4_K/Q5_K: 12 scale bytes -> utmp[0..1] = 8 scales, utmp[2..3] = 8 mins. */
-static inline void k4_unpack(const uint8_t *s12, uint32_t utmp[4])
+/* quant_avx2.c's k4_unpack in SIMD, for Q4_K/Q5_K blocks: head = the block's first 16
+ * bytes (d, dmin, scales[12]); returns, in both 128-bit halves, the bytes
+ * sc0..sc7 m0..m7 that k4_unpack writes to utmp (the same bit selections:
+ * j < 4: low 6 bits of scales[j] / scales[j + 4]; j >= 4: low / high
+ * nibble of scales[j + 4] plus the top 2 bits of scales[j - 4] / scales[j]
+ * as bits 4..5). 16-bit shifts only move bits within a word and the masks
+ * keep only the wanted ones. */
+static inline __m256i k4_scales_mins(__m128i head)
 {
-    const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-    memcpy(utmp, s12, 12);
-    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
-    const uint32_t uaux = utmp[1] & kmask1;
-    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
-    utmp[2] = uaux;
-    utmp[0] &= kmask1;
+    const __m128i a = _mm_shuffle_epi8(head, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+    const __m128i b = _mm_shuffle_epi8(head, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
+    const __m128i lo = _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    const __m128i nib = _mm_and_si128(_mm_srli_epi16(a, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+    const __m128i top = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30));
+    return _mm256_broadcastsi128_si256(_mm_or_si128(_mm_or_si128(lo, nib), top));
 }
+/* pshufb masks on k4_scales_mins: k4_sc32 gives dword s = (sc_s, sc_s) as
+ * two int16 (the value every int16 of shuffle_k4(s) holds: broadcast as a
+ * dword it is that whole vector); k4_mins16 gives m0..m7 as int16 in both
+ * halves (the dot's mins half of cvtepu8_epi16, twice). */
+static inline __m256i k4_sc32(void)
+{
+    return _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
+                            4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
+}
+static inline __m256i k4_mins16(void)
+{
+    return _mm256_setr_epi8(8, -1, 9, -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15, -1,
+                            8, -1, 9, -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15, -1);
+}
+
+/* Per-super-block values that the inner loops broadcast: stored once, then
+ * read back with vpbroadcastd / vbroadcastss from memory, which on x86 are
+ * pure load uops (no shuffle port), where a register broadcast (vpermps,
+ * vpshufb) costs one ALU uop per use. BCAST_BARRIER makes the compiler
+ * forget the stored values, so that it emits those loads instead of turning
+ * them back into register shuffles. */
+typedef struct bcast_buf {
+    _Alignas(32) int32_t i[8];
+    _Alignas(32) float f[8];
+} bcast_buf;
+#if defined(__GNUC__)
+#define BCAST_BARRIER(b) __asm__("" : "+m"(b))
+#else
+#define BCAST_BARRIER(b) ((void)0)
+#endif
 
 static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
@@ -129,15 +166,24 @@ typedef struct blk_aux {
 } blk_aux;
 #define AUX_BLOCKS 128   /* n <= 32768 (24 KB of stack); longer rows take the dot loop */
 
-/* A row kernel: one weight row against nc (2, 3, 4 or 8) activation rows,
- * y[c * ldy] = dot(w, a + c * astride) for c < nc; aux[i] for super-block i. */
-typedef void (*rows_fn)(int64_t nb, const void *w, const uint8_t *a, size_t astride, int nc, float *y, size_t ldy,
-                        const blk_aux *aux);
+/* A rows kernel: nr weight rows (wstride bytes apart) against nc (2, 3, 4 or
+ * 8) activation rows, y[c * ldy + r] = dot(w + r * wstride, a + c * astride)
+ * for r < nr, c < nc; aux[i] for super-block i. The row loop lives inside
+ * the kernel so that its constants (shuffle masks, permute indices) and
+ * stack frame are set up once per (chunk, group), not once per weight row:
+ * with short rows (n = 256: one super-block) that setup cost as much as a
+ * third of the work. */
+typedef void (*rows_fn)(int64_t nb, const void *w, size_t wstride, int nr, const uint8_t *a, size_t astride, int nc,
+                        float *y, size_t ldy, const blk_aux *aux);
 typedef float (*dot_fn)(int64_t n, const void *w, const void *a);
 
 #define YBLK(c) ((const block_q8_K *)(a + (size_t)(c) * astride))
 
-static void aux_fill(int64_t nb, const uint8_t *a, size_t astride, int nc, blk_aux *aux)
+/* Always inlined: GCC 12.2 at -O2 was seen to delete out-of-line calls of
+ * this function (as if its stores to aux were dead, though the row kernel
+ * called next reads them) once it had two call sites; inlined, its stores
+ * are ordinary stores and stay. */
+static ALWAYS_INLINE void aux_fill(int64_t nb, const uint8_t *a, size_t astride, int nc, blk_aux *aux)
 {
     for (int64_t i = 0; i < nb; i++) {
         blk_aux *x = aux + i;
@@ -188,7 +234,7 @@ static void gemm_blocked(int64_t n, const void *w, size_t wstride, int nw, const
                 for (int r = r0; r < r1; r++) yc[r] = dot(n, wb + (size_t)r * wstride, ac);
             } else {
                 aux_fill(nb, ac, astride, nc, aux);
-                for (int r = r0; r < r1; r++) fn(nb, wb + (size_t)r * wstride, ac, astride, nc, yc + r, ldy, aux);
+                fn(nb, wb + (size_t)r0 * wstride, wstride, r1 - r0, ac, astride, nc, yc + r0, ldy, aux);
             }
             c0 += nc;
         }
@@ -198,15 +244,18 @@ static void gemm_blocked(int64_t n, const void *w, size_t wstride, int nw, const
 /* Instantiate a row kernel body (static ALWAYS_INLINE t##_k(..., nc, ...))
  * for each constant nc the driver uses, so that the per-row arrays in the
  * body become registers. */
+#define ROWS_LOOP(t, NC) \
+    for (int r = 0; r < nr; r++) \
+        t##_k(nb, (const uint8_t *)w + (size_t)r * wstride, a, astride, NC, y + r, ldy, aux)
 #define ROWS_DISPATCH(t) \
-    static void t##_rows(int64_t nb, const void *w, const uint8_t *a, size_t astride, int nc, float *y, size_t ldy, \
-                         const blk_aux *aux) \
+    static void t##_rows(int64_t nb, const void *w, size_t wstride, int nr, const uint8_t *a, size_t astride, \
+                         int nc, float *y, size_t ldy, const blk_aux *aux) \
     { \
         switch (nc) { \
-        case 8: t##_k(nb, w, a, astride, 8, y, ldy, aux); break; \
-        case 4: t##_k(nb, w, a, astride, 4, y, ldy, aux); break; \
-        case 3: t##_k(nb, w, a, astride, 3, y, ldy, aux); break; \
-        default: t##_k(nb, w, a, astride, 2, y, ldy, aux); break; \
+        case 8: ROWS_LOOP(t, 8); break; \
+        case 4: ROWS_LOOP(t, 4); break; \
+        case 3: ROWS_LOOP(t, 3); break; \
+        default: ROWS_LOOP(t, 2); break; \
         } \
     }
 _Static_assert(NA_BLK == 8, "ROWS_DISPATCH, gemm_blocked and the lane tables assume groups of 8");
@@ -218,12 +267,18 @@ static inline __m256 lane_pair(__m256 v, int p)
     return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1));
 }
 
-/* Horizontal sums of 8 rows at once, lane c = row c, each bit-identical to
- * the single-row helpers (same tree of float adds per row, only packed):
+/* Horizontal sums of 8 rows at once, each bit-identical to the single-row
+ * helpers (same tree of float adds per row, only packed):
  *   hsum_f32_8(x) = ((x0+x4) + (x2+x6)) + ((x1+x5) + (x3+x7))
  *   hsum_f32_4(r) = (r0+r2) + (r1+r3)
- * sum4_step: from S[k] = [row k | row k+4] (4 lanes each), lane c of the
- * result is hsum_f32_4 of row c. */
+ * Results come in "pair order": lanes 0..3 hold rows 0 2 4 6, lanes 4..7
+ * rows 1 3 5 7 (PAIR_ROW(l)). That is the order in which rows packed two
+ * per vector (row 2p low half, 2p+1 high half) come out of one sum4_step
+ * with no cross-lane permutes first; store_rows puts each lane in its row
+ * for free (scalar stores).
+ * sum4_step: from S[k] = [row 2k | row 2k+1] (4 lanes each), lane l of the
+ * result is hsum_f32_4 of row PAIR_ROW(l). */
+#define PAIR_ROW(l) ((l) < 4 ? 2 * (l) : 2 * ((l) - 4) + 1)
 static inline __m256 sum4_step(__m256 s0, __m256 s1, __m256 s2, __m256 s3)
 {
     const __m256 r1 = _mm256_add_ps(_mm256_shuffle_ps(s0, s1, _MM_SHUFFLE(1, 0, 1, 0)),
@@ -233,26 +288,29 @@ static inline __m256 sum4_step(__m256 s0, __m256 s1, __m256 s2, __m256 s3)
     return _mm256_add_ps(_mm256_shuffle_ps(r1, r2, _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm256_shuffle_ps(r1, r2, _MM_SHUFFLE(3, 1, 3, 1)));
 }
-/* lane c = hsum_f32_8(v[c]) */
+/* lane l = hsum_f32_8(v[PAIR_ROW(l)]) */
 static inline __m256 hsum8_rows(const __m256 v[NA_BLK])
 {
     __m256 s[4];
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
-        s[k] = _mm256_add_ps(_mm256_permute2f128_ps(v[k], v[k + 4], 0x31), _mm256_permute2f128_ps(v[k], v[k + 4], 0x20));
+        s[k] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x31),
+                             _mm256_permute2f128_ps(v[2 * k], v[2 * k + 1], 0x20));
     return sum4_step(s[0], s[1], s[2], s[3]);
 }
-/* lane c = hsum_f32_4(row c), rows packed in pairs: m[p] = [row 2p | row 2p+1] */
-static inline __m256 hsum4_pairs(const __m256 m[NA_BLK / 2])
-{
-    return sum4_step(_mm256_permute2f128_ps(m[0], m[2], 0x20), _mm256_permute2f128_ps(m[0], m[2], 0x31),
-                     _mm256_permute2f128_ps(m[1], m[3], 0x20), _mm256_permute2f128_ps(m[1], m[3], 0x31));
-}
-/* y[c * ldy] = lane c of v, c < nc */
+/* lane l = hsum_f32_4(row PAIR_ROW(l)), rows packed in pairs: m[p] = [row 2p | row 2p+1] */
+static inline __m256 hsum4_pairs(const __m256 m[NA_BLK / 2]) { return sum4_step(m[0], m[1], m[2], m[3]); }
+/* y[PAIR_ROW(l) * ldy] = lane l of v, for the rows < nc. Through memory and
+ * scalar moves (load and store ports) rather than vextractps (a shuffle uop
+ * per row): the shuffle ports are the kernels' bottleneck. */
 static inline void store_rows(__m256 v, int nc, float *y, size_t ldy)
 {
-    float t[NA_BLK];
-    _mm256_storeu_ps(t, v);
-    for (int c = 0; c < nc; c++) y[(size_t)c * ldy] = t[c];
+    bcast_buf t;
+    _mm256_store_ps(t.f, v);
+    BCAST_BARRIER(t);
+#pragma GCC unroll 8
+    for (int l = 0; l < NA_BLK; l++)
+        if (PAIR_ROW(l) < nc) y[(size_t)PAIR_ROW(l) * ldy] = t.f[l];
 }
 
 #define DEFINE_GEMM(t) \
@@ -281,27 +339,29 @@ static ALWAYS_INLINE void q4_K_k(int64_t nb, const void *vw, const uint8_t *a, s
     for (int p = 0; p < np; p++) acc_m[p] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const blk_aux *ax = aux + i;
-        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_set1_ps(h2f(x[i].d)));
-        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_set1_ps(h2f(x[i].dmin)));
-        uint32_t utmp[4];
-        k4_unpack(x[i].scales, utmp);
-        const __m256i mins_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
-        const __m128i mins = _mm256_extracti128_si256(mins_scales, 1);
-        const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
-        const __m256i scales = _mm256_setr_m128i(sc128, sc128), mins2 = _mm256_setr_m128i(mins, mins);
+        const __m128i head = _mm_loadu_si128((const __m128i *)&x[i]);   /* d, dmin, scales[12] */
+        const __m128 dh = _mm_cvtph_ps(head);                            /* h2f(x.d), h2f(x.dmin), . . */
+        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_broadcastss_ps(dh));
+        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_broadcastss_ps(_mm_movehdup_ps(dh)));
+        const __m256i sm = k4_scales_mins(head);
+        const __m256i scales = _mm256_shuffle_epi8(sm, k4_sc32()), mins2 = _mm256_shuffle_epi8(sm, k4_mins16());
 #pragma GCC unroll 4
         for (int p = 0; p < np; p++) {
             const __m256i prod = _mm256_madd_epi16(mins2, load256(&ax->q8s[2 * p]));
             acc_m[p] = _mm256_fmadd_ps(lane_pair(vdmin8, p), _mm256_cvtepi32_ps(prod), acc_m[p]);
         }
+        bcast_buf sb;
+        _mm256_store_si256((__m256i *)sb.i, scales);
+        _mm256_store_ps(sb.f, vd8);
+        BCAST_BARRIER(sb);
         __m256i sumi[NA_BLK];
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++) sumi[c] = _mm256_setzero_si256();
         const uint8_t *q4 = x[i].qs;
 #pragma GCC unroll 4
         for (int j = 0; j < QK_K / 64; j++, q4 += 32) {
-            const __m256i scale_l = _mm256_shuffle_epi8(scales, shuffle_k4(2 * j));
-            const __m256i scale_h = _mm256_shuffle_epi8(scales, shuffle_k4(2 * j + 1));
+            const __m256i scale_l = _mm256_set1_epi32(sb.i[2 * j]);
+            const __m256i scale_h = _mm256_set1_epi32(sb.i[2 * j + 1]);
             const __m256i bits = load256(q4);
             const __m256i q4l = _mm256_and_si256(bits, m4);
             const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
@@ -317,7 +377,7 @@ static ALWAYS_INLINE void q4_K_k(int64_t nb, const void *vw, const uint8_t *a, s
         }
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++)
-            acc[c] = _mm256_fmadd_ps(lane_bcast(vd8, c), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sb.f[c]), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
     }
     /* y = hsum_f32_8(acc) + hsum_f32_4(acc_m), all rows at once */
     __m256 v[NA_BLK], m[NA_BLK / 2];
@@ -356,14 +416,16 @@ static ALWAYS_INLINE void q5_K_k(int64_t nb, const void *vw, const uint8_t *a, s
     for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const blk_aux *ax = aux + i;
-        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_set1_ps(h2f(x[i].d)));
-        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_set1_ps(h2f(x[i].dmin)));
-        uint32_t utmp[4];
-        k4_unpack(x[i].scales, utmp);
-        const __m256i mins_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
-        const __m128i mins = _mm256_extracti128_si256(mins_scales, 1);
-        const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
-        const __m256i scales = _mm256_setr_m128i(sc128, sc128), mins2 = _mm256_setr_m128i(mins, mins);
+        const __m128i head = _mm_loadu_si128((const __m128i *)&x[i]);   /* d, dmin, scales[12] */
+        const __m128 dh = _mm_cvtph_ps(head);                            /* h2f(x.d), h2f(x.dmin), . . */
+        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_broadcastss_ps(dh));
+        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_broadcastss_ps(_mm_movehdup_ps(dh)));
+        const __m256i sm = k4_scales_mins(head);
+        const __m256i scales = _mm256_shuffle_epi8(sm, k4_sc32()), mins2 = _mm256_shuffle_epi8(sm, k4_mins16());
+        bcast_buf sb;
+        _mm256_store_si256((__m256i *)sb.i, scales);
+        _mm256_store_ps(sb.f, vd8);
+        BCAST_BARRIER(sb);
         __m256i prod[NA_BLK / 2];
 #pragma GCC unroll 4
         for (int p = 0; p < NA_BLK / 2; p++)
@@ -379,8 +441,8 @@ static ALWAYS_INLINE void q5_K_k(int64_t nb, const void *vw, const uint8_t *a, s
         const uint8_t *q5 = x[i].qs;
 #pragma GCC unroll 4
         for (int j = 0; j < QK_K / 64; j++, q5 += 32) {
-            const __m256i scale_0 = _mm256_shuffle_epi8(scales, shuffle_k4(2 * j));
-            const __m256i scale_1 = _mm256_shuffle_epi8(scales, shuffle_k4(2 * j + 1));
+            const __m256i scale_0 = _mm256_set1_epi32(sb.i[2 * j]);
+            const __m256i scale_1 = _mm256_set1_epi32(sb.i[2 * j + 1]);
             const __m256i bits = load256(q5);
             const __m256i q0 = _mm256_add_epi8(_mm256_and_si256(bits, m4), q5_hbit(hbits, 2 * j));
             const __m256i q1 = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), q5_hbit(hbits, 2 * j + 1));
@@ -396,14 +458,13 @@ static ALWAYS_INLINE void q5_K_k(int64_t nb, const void *vw, const uint8_t *a, s
         }
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++)
-            acc[c] = _mm256_fmadd_ps(lane_bcast(vd8, c), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sb.f[c]), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
     }
-    /* y = hsum_f32_8(acc) + summs, all rows at once (summs back to row order) */
+    /* y = hsum_f32_8(acc) + summs, all rows at once */
     __m256 v[NA_BLK];
 #pragma GCC unroll 8
     for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
-    const __m256 sm = _mm256_permutevar8x32_ps(summs, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    store_rows(_mm256_add_ps(hsum8_rows(v), sm), nc, y, ldy);
+    store_rows(_mm256_add_ps(hsum8_rows(v), summs), nc, y, ldy);   /* both in pair order */
 }
 ROWS_DISPATCH(q5_K)
 DEFINE_GEMM(q5_K)
@@ -420,6 +481,13 @@ static inline __m256i q6_hbits(__m256i bh, int k)   /* bits 2k, 2k+1 of each byt
     return _mm256_and_si256(t, _mm256_set1_epi8(0x30));
 }
 
+/* pshufb on a broadcast dword (int16 pair lo, hi): lo in every int16 of
+ * the low 128-bit half, hi in every int16 of the high half */
+static inline __m256i q6_sc_split(void)
+{
+    return _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+}
+
 static ALWAYS_INLINE void q6_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
                                  float *y, size_t ldy, const blk_aux *aux)
 {
@@ -431,13 +499,19 @@ static ALWAYS_INLINE void q6_K_k(int64_t nb, const void *vw, const uint8_t *a, s
     for (int64_t i = 0; i < nb; i++) {
         const blk_aux *ax = aux + i;
         const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_set1_ps(h2f(x[i].d)));
-        const __m128i scales = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
+        const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        /* -32 * scale as int16 (|.| <= 4096): madd with it is the dot's
+         * -(madd(bsums, scales) << 5) exactly (|bsums| <= 16 * 127, so every
+         * product and pair sum is far inside int32) in one instruction */
+        const __m256i nscales32 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scales16, 5));
+        bcast_buf sb;   /* sb.i[g] = int16 scales 2g, 2g+1 */
+        _mm256_store_si256((__m256i *)sb.i, scales16);
+        _mm256_store_ps(sb.f, vd8);
+        BCAST_BARRIER(sb);
         __m256i sumi[NA_BLK];
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++)   /* -32 * sum_g scale[g] * bsums[g], per lane pair */
-            sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                       _mm256_slli_epi32(_mm256_madd_epi16(load256(YBLK(c)[i].bsums), scales16), 5));
+            sumi[c] = _mm256_madd_epi16(load256(YBLK(c)[i].bsums), nscales32);
         const uint8_t *ql = x[i].ql, *qh = x[i].qh;
 #pragma GCC unroll 2
         for (int j = 0; j < QK_K / 128; j++, ql += 64, qh += 32) {
@@ -449,7 +523,9 @@ static ALWAYS_INLINE void q6_K_k(int64_t nb, const void *vw, const uint8_t *a, s
                                  : k == 2 ? _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4)
                                           : _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4);
                 const __m256i q = _mm256_or_si256(lo, q6_hbits(bh, k));
-                const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuffle_q6k(4 * j + k)));
+                /* int16 scale 2g in the low half, 2g+1 in the high half (g = 4j + k):
+                 * what cvtepi8_epi16(pshufb(scales, shuffle_q6k(g))) gives */
+                const __m256i sc = _mm256_shuffle_epi8(_mm256_set1_epi32(sb.i[4 * j + k]), q6_sc_split());
 #pragma GCC unroll 8
                 for (int c = 0; c < nc; c++) {
                     const int8_t *q8 = YBLK(c)[i].qs + 128 * j + 32 * k;
@@ -460,7 +536,7 @@ static ALWAYS_INLINE void q6_K_k(int64_t nb, const void *vw, const uint8_t *a, s
         }
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++)
-            acc[c] = _mm256_fmadd_ps(lane_bcast(vd8, c), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sb.f[c]), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
     }
     __m256 v[NA_BLK];
 #pragma GCC unroll 8

@@ -15,10 +15,12 @@
  * (every quant and sub-block scale value, including the extremes the
  * quantizers rarely produce); Q8_K activations from random floats with the
  * dot type's act_quant. Shapes: nw and na over 1 2 3 4 5 7 8 9 13 17 (every
- * remainder of the 4-row activation blocks), n in 256 512 2048 4096, with
+ * remainder of the 4-row activation blocks), n in 256 512 768 2048 4096, with
  * padded strides (wstride > row bytes, astride > activation row bytes,
- * ldy > nw); plus one shape with more weight rows than one cache chunk,
- * and rows of 128 and 129 super-blocks (the kernels' table limit).
+ * ldy > nw); plus, for n = 256, 768 and 4096, shapes with more weight rows
+ * than one cache chunk (the kernels take a chunk's rows in one call) and
+ * ragged activation groups, and rows of 128 and 129 super-blocks (the
+ * kernels' table limit).
  *
  * Without AVX2 + FMA + F16C the kernels cannot run: each case passes with a
  * note. A type without a kernel yet is noted and skipped. */
@@ -60,7 +62,10 @@ static const int k_types[] = { QTYPE_Q4_K, QTYPE_Q6_K, QTYPE_Q5_K, QTYPE_Q2_K, Q
 #define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
 static const int k_sizes[] = { 1, 2, 3, 4, 5, 7, 8, 9, 13, 17 };
 #define N_SIZES ((int)(sizeof k_sizes / sizeof k_sizes[0]))
-static const int64_t k_ns[] = { 256, 512, 2048, 4096 };
+/* 256 512 768: the MoE down projections' short rows (expert hidden sizes:
+ * one to three super-blocks, where the kernels' per-row fixed work is
+ * largest); 2048 4096: long rows. */
+static const int64_t k_ns[] = { 256, 512, 768, 2048, 4096 };
 #define N_NS ((int)(sizeof k_ns / sizeof k_ns[0]))
 
 static int have_avx2(void)
@@ -191,8 +196,10 @@ done:
     free(w); free(a); free(tmp); free(y); free(y2);
 }
 
-/* More weight rows than one cache chunk (several chunks, ragged last one),
- * and many activation rows (several 4-row groups, ragged last one). */
+/* More weight rows than one cache chunk (several chunks, ragged last one:
+ * a chunk is about 128 KB of weights, so at n = 256 even Q2_K's 84-byte
+ * rows need > 1560 rows), and many activation rows (several 8-row groups,
+ * then a 4 and a ragged rest). */
 static void run_type_big(int t)
 {
     quant_ops ops, aops;
@@ -200,21 +207,24 @@ static void run_type_big(int t)
     CHECK(quant_ops_get(t, CPU_ISA_AVX2, &ops, NULL) == 0);
     CHECK(quant_ops_get(ops.dot_type, CPU_ISA_AVX2, &aops, NULL) == 0);
     if (!ops.gemm) return;
-    rng r = { 0x777u + (uint64_t)t };
-    const int64_t n = 4096;
-    const int nw = 203, na = 23;
-    const size_t wstride = row_bytes(t, n) + 4, astride = row_bytes(ops.dot_type, n) + 4, ldy = (size_t)nw + 1;
-    uint8_t *w = malloc(wstride * nw), *a = malloc(astride * na);
-    float *tmp = malloc(sizeof(float) * n);
-    float *y = malloc(sizeof(float) * ldy * na), *y2 = malloc(sizeof(float) * ldy * na);
-    CHECK(w && a && tmp && y && y2);
-    if (w && a && tmp && y && y2) {
-        make_weights(&r, &ops, n, nw, w, wstride, tmp);
-        make_acts(&r, &aops, n, na, a, astride, tmp);
-        const int bad = check_shape(&ops, w, wstride, nw, a, astride, na, n, y, y2, ldy);
-        CHECK_MSG(bad == 0, "%s n=%lld nw=%d na=%d: %d outputs differ", qtype_name(t), (long long)n, nw, na, bad);
+    static const struct { int64_t n; int nw, na; } shapes[] = { { 256, 1701, 23 }, { 768, 601, 15 }, { 4096, 203, 23 } };
+    for (int k = 0; k < 3; k++) {
+        rng r = { 0x777u + (uint64_t)t + 1000u * (uint64_t)k };
+        const int64_t n = shapes[k].n;
+        const int nw = shapes[k].nw, na = shapes[k].na;
+        const size_t wstride = row_bytes(t, n) + 4, astride = row_bytes(ops.dot_type, n) + 4, ldy = (size_t)nw + 1;
+        uint8_t *w = malloc(wstride * nw), *a = malloc(astride * na);
+        float *tmp = malloc(sizeof(float) * n);
+        float *y = malloc(sizeof(float) * ldy * na), *y2 = malloc(sizeof(float) * ldy * na);
+        CHECK(w && a && tmp && y && y2);
+        if (w && a && tmp && y && y2) {
+            make_weights(&r, &ops, n, nw, w, wstride, tmp);
+            make_acts(&r, &aops, n, na, a, astride, tmp);
+            const int bad = check_shape(&ops, w, wstride, nw, a, astride, na, n, y, y2, ldy);
+            CHECK_MSG(bad == 0, "%s n=%lld nw=%d na=%d: %d outputs differ", qtype_name(t), (long long)n, nw, na, bad);
+        }
+        free(w); free(a); free(tmp); free(y); free(y2);
     }
-    free(w); free(a); free(tmp); free(y); free(y2);
 }
 
 /* Rows longer than the kernels' per-group tables (n > 32768: they fall back
