@@ -32,7 +32,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 LIB      := $(BUILD)/libstrata.a
 BIN      := $(BUILD)/strata
 
-.PHONY: all cpu test unit asan fuzz bench clean help check-includes format deps demo
+.PHONY: all cpu test unit asan fuzz bench clean help check-includes format deps demo cuda
 all: $(BIN) $(TEST_BIN) $(TOOL_BIN)
 cpu: all
 
@@ -58,6 +58,7 @@ help:
 	@echo "make asan       build under AddressSanitizer+UBSan into build/asan and run the suite"
 	@echo "make fuzz       build libFuzzer targets with clang and run each FUZZ_SECONDS (default 60)"
 	@echo "make bench      build the benchmarks in bench/"
+	@echo "make cuda       build the CUDA backend (nvcc) and build/tests/test_cuda{,_emu}; docs/CUDA.md"
 	@echo "make check-includes  front ends include only the public headers"
 	@echo "make clean      remove build/"
 
@@ -139,5 +140,40 @@ format:
 
 clean:
 	rm -rf build
+
+# ==== CUDA backend (issue 9; docs/CUDA.md) ====
+# `make cuda` needs nvcc (CUDA 13); `make`, `make test` never do. The .cu
+# files are C-style CUDA with extern "C" entry points (cuda_backend.h);
+# sm_90 code plus compute_90 PTX. test_cuda skips cleanly without a GPU;
+# test_cuda_emu runs the kernels' per-item math on the CPU. tests/run.sh
+# runs both whenever they have been built.
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -Wall,-Wextra
+CUDA_LIBS ?= -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
+CUDA_SRC  := $(sort $(wildcard src/backend/cuda/*.cu))
+CUDA_HDR  := $(wildcard src/backend/cuda/*.h src/backend/cuda/*.cuh)
+CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/cuda/%.o)
+CUDA_LIB  := $(BUILD)/cuda/libstrata_cuda.a
+
+cuda: $(CUDA_LIB) $(BUILD)/tests/test_cuda $(BUILD)/tests/test_cuda_emu
+
+$(BUILD)/cuda/%.o: %.cu $(CUDA_HDR)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -Isrc -c $< -o $@
+
+$(CUDA_LIB): $(CUDA_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/test_cuda: tests/cuda/test_cuda.c $(CUDA_LIB) $(LIB) tests/testhelp.h $(CUDA_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(CUDA_LIB) $(LIB) $(LDFLAGS) $(CUDA_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/test_cuda_emu: tests/cuda/test_cuda_emu.cu $(LIB) tests/testhelp.h $(CUDA_HDR)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Isrc -Itests -o $@ $< $(LIB) $(LDLIBS)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -40,6 +40,9 @@ run_suite() { # name, command...
     fi
 }
 
+# This includes the CUDA suites, test_cuda and test_cuda_emu, whenever
+# `make cuda` has built them (never built by `make`/`make test`, which stay
+# free of nvcc); without a GPU test_cuda prints a skip and passes.
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
     run_suite "$(basename "$t")" "$t"

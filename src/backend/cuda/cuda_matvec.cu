@@ -1,0 +1,303 @@
+/* cuda_matvec.cu: activation quantization (Q8_K, Q8_0) and the quantized
+ * decode matvec for Q4_K / Q6_K / Q8_0 weights.
+ *
+ * Matvec design (bandwidth-bound: every weight byte is read once, ~0.56 B
+ * per weight for Q4_K, so the kernel must keep HBM busy, not the ALUs):
+ *   - one CTA = 4 warps = a tile of R consecutive rows of one matrix
+ *     (R = 4..64, chosen so the tile is <= 32 KB; smaller when the grid
+ *     would not fill the GPU twice). The tile's bytes are contiguous, so
+ *     the CTA copies them to shared memory with 16-byte cp.async (LDGSTS,
+ *     coalesced, all in flight at once, no registers held), byte copies
+ *     only for the unaligned ends;
+ *   - meanwhile it unpacks the quantized activation row (L2-resident: all
+ *     CTAs read it) into shared memory as aligned int8/float/int16 arrays;
+ *   - warp w computes rows w, w + 4, ...: lanes take the row's items
+ *     (cuda_qdot.cuh), integer dot products with dp4a, float scaling per
+ *     item, then a shuffle reduction.
+ * Several CTAs per SM (~20-30 KB of shared memory each) keep ~100+ KB of
+ * loads in flight per SM, what HBM3e needs at this latency. */
+#include <limits.h>
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_qdot.cuh"
+
+/* ==== Activation quantization ==== */
+
+/* One warp per 256-value block, 8 values a lane (lane l: 8l .. 8l+7),
+ * quant_ref_quant_q8_K bit for bit: the FIRST largest |x| (lowest index on
+ * ties) gives max; iscale = -127/max; q = min(127, nearest-even(iscale*x))
+ * (no FMA: __fmul_rn); bsums of 16; d = 1/iscale; an all-zero block is
+ * all zeros. */
+__global__ void k_quant_q8_K(const float *__restrict__ x, uint8_t *__restrict__ out, int64_t nblocks)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t gb = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (gb >= nblocks) return;
+    const float *xb = x + gb * 256;
+    float v[8];
+    float am = 0.f;
+    int idx = INT_MAX;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        v[t] = xb[lane * 8 + t];
+        const float ax = fabsf(v[t]);
+        if (ax > am) { am = ax; idx = lane * 8 + t; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float oam = __shfl_xor_sync(0xffffffffu, am, o);
+        const int oidx = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (oam > am || (oam == am && oidx < idx)) { am = oam; idx = oidx; }
+    }
+    uint8_t *ob = out + gb * CQ8_K_BYTES;
+    if (am == 0.f) {
+        /* d = 0, qs = 0, bsums = 0 (as quant_ref_quant_q8_K's memset) */
+        qd_st32(ob + 4 + 8 * lane, 0);
+        qd_st32(ob + 8 + 8 * lane, 0);
+        if (lane < 8) qd_st32(ob + 260 + 4 * lane, 0);
+        if (lane == 0) qd_st32(ob, 0);
+        return;
+    }
+    const float mx = xb[idx];
+    const float iscale = -127.f / mx;
+    int s = 0;
+    uint32_t pk[2] = {0, 0};
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        int q = __float2int_rn(__fmul_rn(iscale, v[t]));
+        q = q < 127 ? q : 127;
+        s += q;
+        pk[t >> 2] |= (uint32_t)(q & 0xff) << (8 * (t & 3));
+    }
+    qd_st32(ob + 4 + 8 * lane, pk[0]);
+    qd_st32(ob + 8 + 8 * lane, pk[1]);
+    const int s2 = s + __shfl_down_sync(0xffffffffu, s, 1);   /* lanes 2g, 2g+1 hold group g */
+    if ((lane & 1) == 0) qd_st16(ob + 260 + lane, (uint16_t)(int16_t)s2);
+    if (lane == 0) {
+        const float d = 1.f / iscale;
+        qd_st32(ob, __float_as_uint(d));
+    }
+}
+
+/* One warp per 32-value block, lane = element: quant_ref_act_quant_q8_0
+ * bit for bit: amax; id = amax ? 127/amax : 0; d = half(amax/127) (RNE);
+ * q = saturate(round-half-even(x*id)), a non-finite product -> INT_MIN ->
+ * -128 (only when 127/amax overflows). */
+__global__ void k_quant_q8_0(const float *__restrict__ x, uint8_t *__restrict__ out, int64_t nblocks)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t gb = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (gb >= nblocks) return;
+    const float v = x[gb * 32 + lane];
+    float am = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+    const float id = am != 0.f ? 127.f / am : 0.f;
+    const float t = __fmul_rn(v, id);
+    int q = isfinite(t) ? __float2int_rn(t) : INT_MIN;
+    q = q < -128 ? -128 : q > 127 ? 127 : q;
+    uint8_t *ob = out + gb * CQ8_0_BYTES;
+    ob[2 + lane] = (uint8_t)(int8_t)q;
+    if (lane == 0) qd_st16(ob, __half_as_ushort(__float2half_rn(am / 127.f)));
+}
+
+extern "C" size_t cuda_act_bytes(int wtype, int64_t n)
+{
+    if (n <= 0) return 0;
+    switch (wtype) {
+    case QTYPE_Q4_K:
+    case QTYPE_Q6_K: return n % CQK_K ? 0 : (size_t)(n / CQK_K) * CQ8_K_BYTES;
+    case QTYPE_Q8_0: return n % CQK8_0 ? 0 : (size_t)(n / CQK8_0) * CQ8_0_BYTES;
+    default: return 0;
+    }
+}
+
+extern "C" int cuda_act_quant(cuda_ctx *c, int wtype, const float *x, void *xq, int64_t n, int rows, err *e)
+{
+    if (!cuda_act_bytes(wtype, n) || rows <= 0)
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_act_quant: weight type %s with n=%lld rows=%d", qtype_name(wtype),
+                        (long long)n, rows);
+    const int wpb = 8;   /* warps (blocks) per CTA */
+    if (wtype == QTYPE_Q8_0) {
+        const int64_t nb = n / CQK8_0 * rows;
+        k_quant_q8_0<<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, (uint8_t *)xq, nb);
+    } else {
+        const int64_t nb = n / CQK_K * rows;
+        k_quant_q8_K<<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, (uint8_t *)xq, nb);
+    }
+    return cuda_launch_check(e, "act quant");
+}
+
+/* ==== Matvec ==== */
+
+__device__ __forceinline__ void cp_async16(void *s, const void *g)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+/* Copy g[0..n) to s[shift .. shift + n), shift = g mod 16 (s 16-aligned),
+ * so 16-byte chunks of global memory land 16-aligned in shared memory.
+ * Only bytes of [g, g + n) are read. The CTA's threads share the work. */
+__device__ __forceinline__ int stage_tile(uint8_t *s, const uint8_t *g, size_t n)
+{
+    const uintptr_t ga = (uintptr_t)g;
+    const int shift = (int)(ga & 15);
+    const uintptr_t a0 = (ga + 15) & ~(uintptr_t)15, a1 = (ga + n) & ~(uintptr_t)15;
+    const unsigned tid = threadIdx.x;
+    if (a1 > a0) {
+        const size_t nch = (a1 - a0) / 16;
+        const uint8_t *gs = g + (a0 - ga);
+        uint8_t *ss = s + shift + (a0 - ga);
+        for (size_t i = tid; i < nch; i += blockDim.x) cp_async16(ss + 16 * i, gs + 16 * i);
+        const unsigned nh = (unsigned)(a0 - ga), nt = (unsigned)(ga + n - a1);
+        if (tid < nh) s[shift + tid] = g[tid];
+        else if (tid >= 32 && tid - 32 < nt) s[shift + (a1 - ga) + (tid - 32)] = g[(a1 - ga) + (tid - 32)];
+    } else {
+        for (size_t i = tid; i < n; i += blockDim.x) s[shift + i] = g[i];
+    }
+    cp_async_commit();
+    return shift;
+}
+
+#define MV_WARPS 4
+
+template <int QT> struct mv_traits;
+template <> struct mv_traits<QTYPE_Q4_K> { enum { BE = 256, BB = CQ4_K_BYTES, IPB = QD_Q4K_ITEMS, KQ = 1 }; };
+template <> struct mv_traits<QTYPE_Q6_K> { enum { BE = 256, BB = CQ6_K_BYTES, IPB = QD_Q6K_ITEMS, KQ = 1 }; };
+template <> struct mv_traits<QTYPE_Q8_0> { enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, KQ = 0 }; };
+
+template <int QT>
+__device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+{
+    if (QT == QTYPE_Q4_K) return qd_item_q4_K(w, xq, xd, xbs, it);
+    if (QT == QTYPE_Q6_K) return qd_item_q6_K(w, xq, xd, xbs, it);
+    return qd_item_q8_0(w, xq, xd, xbs, it);
+}
+
+/* Shared-memory layout of one CTA (host and device agree through these). */
+__host__ __device__ __forceinline__ size_t mv_tile_bytes(int R, int rb) { return ((size_t)R * rb + 32 + 15) & ~(size_t)15; }
+__host__ __device__ __forceinline__ size_t mv_act_bytes(int k, int be)
+{
+    return (size_t)k + 4 * (size_t)(k / be) + 2 * (size_t)(k / 16) + 16;
+}
+
+/* grid: (ceil(rows / R), n_batch); block: 32 * MV_WARPS threads. */
+template <int QT>
+__global__ void __launch_bounds__(32 * MV_WARPS)
+k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k, int R,
+         const uint8_t *__restrict__ xq, size_t x_stride, float *__restrict__ y, size_t y_stride)
+{
+    typedef mv_traits<QT> T;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int nb = k / T::BE, rb = nb * T::BB;
+    const int b = blockIdx.y;
+    const int mat = ids ? ids[b] : b;
+    const int r0 = blockIdx.x * R;
+    const int nr = min(R, rows - r0);
+
+    const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
+    uint8_t *tile = smem;
+    const size_t tb = mv_tile_bytes(R, rb);
+    int8_t *sxq = (int8_t *)(smem + tb);
+    float *sxd = (float *)(smem + tb + k);
+    int16_t *sxbs = (int16_t *)(smem + tb + k + 4 * nb);
+
+    const int shift = stage_tile(tile, g, (size_t)nr * rb);
+
+    const uint8_t *gx = xq + (size_t)b * x_stride;
+    if (T::KQ) {
+        for (int w = threadIdx.x; w < nb * 73; w += blockDim.x) qd_unpack_q8_K(gx, w, sxq, sxd, sxbs);
+    } else {
+        for (int w = threadIdx.x; w < nb * 17; w += blockDim.x) qd_unpack_q8_0(gx, w, sxq, sxd);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nit = nb * T::IPB;
+    for (int i = warp; i < nr; i += MV_WARPS) {
+        const uint8_t *wrow = tile + shift + (size_t)i * rb;
+        float acc = 0.f;
+        for (int it = lane; it < nit; it += 32) acc += mv_item<QT>(wrow, sxq, sxd, sxbs, it);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) y[(size_t)b * y_stride + r0 + i] = acc;
+    }
+}
+
+int cuda_matvec_init(cuda_ctx *c, err *e)
+{
+    const int lim = (int)c->info.smem_per_block_optin;
+    int r = 0;
+    if ((r = cuda_fail(e, cudaFuncSetAttribute(k_matvec<QTYPE_Q4_K>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
+                       "matvec smem attribute")) ||
+        (r = cuda_fail(e, cudaFuncSetAttribute(k_matvec<QTYPE_Q6_K>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
+                       "matvec smem attribute")) ||
+        (r = cuda_fail(e, cudaFuncSetAttribute(k_matvec<QTYPE_Q8_0>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
+                       "matvec smem attribute")))
+        return r;
+    return 0;
+}
+
+extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
+{
+    int be, bb;
+    switch (a->wtype) {
+    case QTYPE_Q4_K: be = 256; bb = CQ4_K_BYTES; break;
+    case QTYPE_Q6_K: be = 256; bb = CQ6_K_BYTES; break;
+    case QTYPE_Q8_0: be = 32; bb = CQ8_0_BYTES; break;
+    default: return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: weight type %s has no CUDA kernel yet", qtype_name(a->wtype));
+    }
+    if (a->k <= 0 || a->k % be || a->k > INT_MAX / 2 || a->rows <= 0 || a->rows > INT_MAX || a->n_batch <= 0 ||
+        a->n_batch > 65535)
+        return err_setf(e, ERR_USAGE, "cuda_matvec: bad shape rows=%lld k=%lld batch=%d", (long long)a->rows,
+                        (long long)a->k, a->n_batch);
+    const uintptr_t wal = a->wtype == QTYPE_Q4_K ? 15 : 1, xal = a->wtype == QTYPE_Q8_0 ? 1 : 3;
+    if ((((uintptr_t)a->w | (uintptr_t)a->w_stride) & wal) || (((uintptr_t)a->xq | (uintptr_t)a->x_stride) & xal))
+        return err_setf(e, ERR_USAGE, "cuda_matvec: %s weights need %d-byte and activations %d-byte alignment",
+                        qtype_name(a->wtype), (int)wal + 1, (int)xal + 1);
+    const int k = (int)a->k, rows = (int)a->rows;
+    const int rb = k / be * bb;
+    const size_t act = mv_act_bytes(k, be);
+    int R = 64;
+    while (R > 4 && mv_tile_bytes(R, rb) > 32768) R >>= 1;
+    while (R > 4 && (int64_t)((rows + R - 1) / R) * a->n_batch < 2 * (int64_t)c->info.sm_count) R >>= 1;
+    const size_t smem = mv_tile_bytes(R, rb) + act;
+    if (smem > c->info.smem_per_block_optin)
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large for one tile (%zu bytes of shared memory)", k,
+                        smem);
+    const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_batch);
+    const uint8_t *w = (const uint8_t *)a->w, *xq = (const uint8_t *)a->xq;
+    switch (a->wtype) {
+    case QTYPE_Q4_K:
+        k_matvec<QTYPE_Q4_K><<<grid, 32 * MV_WARPS, smem, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, xq,
+                                                                        a->x_stride, a->y, a->y_stride);
+        break;
+    case QTYPE_Q6_K:
+        k_matvec<QTYPE_Q6_K><<<grid, 32 * MV_WARPS, smem, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, xq,
+                                                                        a->x_stride, a->y, a->y_stride);
+        break;
+    default:
+        k_matvec<QTYPE_Q8_0><<<grid, 32 * MV_WARPS, smem, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, xq,
+                                                                        a->x_stride, a->y, a->y_stride);
+        break;
+    }
+    return cuda_launch_check(e, "matvec");
+}
+
+extern "C" int cuda_matvec(cuda_ctx *c, int wtype, const void *w, int64_t rows, int64_t k, const void *xq, float *y,
+                           err *e)
+{
+    cuda_matvec_args a;
+    memset(&a, 0, sizeof a);
+    a.wtype = wtype;
+    a.w = w;
+    a.rows = rows;
+    a.k = k;
+    a.n_batch = 1;
+    a.xq = xq;
+    a.y = y;
+    return cuda_matvec_batch(c, &a, e);
+}

@@ -1,0 +1,133 @@
+/* cuda_ops.cu: the float row ops of decode, with model/ops.c numerics where
+ * the device can match them (see cuda_backend.h for each contract).
+ * Multiplications that the CPU rounds separately are written __fmul_rn so
+ * that nvcc cannot contract them into FMAs. */
+#include <limits.h>
+#include <math.h>
+#include "backend/cuda/cuda_internal.h"
+
+/* ==== RMSNorm: one CTA (256 threads) per row ====
+ * sum of float products in double (ops_rmsnorm), reduced as a tree; then
+ * mean = (float)(sum / n), scale = 1.0f / sqrtf(mean + eps) (IEEE division
+ * and square root: nvcc's defaults), y = (x * scale) * w. */
+#define RMS_THREADS 256
+__global__ void __launch_bounds__(RMS_THREADS)
+k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int n, float eps)
+{
+    __shared__ double part[RMS_THREADS / 32];
+    const float *xr = x + (size_t)blockIdx.x * n;
+    float *yr = y + (size_t)blockIdx.x * n;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += RMS_THREADS) {
+        const float v = xr[i];
+        s += (double)__fmul_rn(v, v);
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+    __syncthreads();   /* also: every read of xr is done before any write of yr (y may alias x) */
+    double t = 0.0;
+    for (int i = 0; i < RMS_THREADS / 32; i++) t += part[i];
+    const float mean = (float)(t / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = threadIdx.x; i < n; i += RMS_THREADS) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+}
+
+extern "C" int cuda_rmsnorm(cuda_ctx *c, float *y, const float *x, const float *w, int n, int rows, float eps, err *e)
+{
+    if (n <= 0 || rows <= 0) return err_setf(e, ERR_USAGE, "cuda_rmsnorm: n=%d rows=%d", n, rows);
+    k_rmsnorm<<<rows, RMS_THREADS, 0, c->stream>>>(y, x, w, n, eps);
+    return cuda_launch_check(e, "rmsnorm");
+}
+
+/* ==== SwiGLU: h = silu(g) * u, silu(v) = v / (1 + expf(-v)) ==== */
+__global__ void k_swiglu(float *h, const float *g, const float *u, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float gv = g[i], uv = u[i];
+    const float s = gv / (1.0f + expf(-gv));
+    h[i] = __fmul_rn(s, uv);
+}
+
+extern "C" int cuda_swiglu(cuda_ctx *c, float *h, const float *g, const float *u, int64_t n, err *e)
+{
+    if (n <= 0) return err_setf(e, ERR_USAGE, "cuda_swiglu: n=%lld", (long long)n);
+    k_swiglu<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>(h, g, u, n);
+    return cuda_launch_check(e, "swiglu");
+}
+
+/* ==== Router: softmax, top-k, renormalised weights; one warp per row ====
+ * Probabilities live in shared memory (n <= 1024 per warp). top-k runs k
+ * warp-wide argmax rounds; "better" = larger p, or equal p and lower index
+ * (ops_topk's order); a chosen entry is then marked -1 (p >= 0). */
+#define RT_WARPS 4
+#define RT_MAXN 1024
+__global__ void __launch_bounds__(32 * RT_WARPS)
+k_router(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids, float *wout)
+{
+    __shared__ float ps[RT_WARPS][RT_MAXN];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = blockIdx.x * RT_WARPS + warp;
+    if (row >= rows) return;
+    const float *lr = logits + (size_t)row * n;
+    float *p = ps[warp];
+    float mx = -INFINITY;
+    for (int i = lane; i < n; i += 32) {
+        const float v = lr[i];
+        p[i] = v;
+        mx = v > mx ? v : mx;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float om = __shfl_xor_sync(0xffffffffu, mx, o);
+        mx = om > mx ? om : mx;
+    }
+    double sum = 0.0;
+    for (int i = lane; i < n; i += 32) {
+        const float v = expf(p[i] - mx);
+        p[i] = v;
+        sum += (double)v;
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float inv = (float)(1.0 / sum);
+    for (int i = lane; i < n; i += 32) p[i] = __fmul_rn(p[i], inv);
+    __syncwarp();
+
+    float selv = 0.f;   /* lane t < k keeps the t-th chosen value */
+    int seli = 0;
+    for (int t = 0; t < k; t++) {
+        float bv = -1.f;
+        int bi = INT_MAX;
+        for (int i = lane; i < n; i += 32) {
+            const float v = p[i];
+            if (v > bv) { bv = v; bi = i; }   /* i ascends: strict > keeps the lower index */
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+        }
+        if (lane == t) { selv = bv; seli = bi; }
+        __syncwarp();
+        if (lane == 0) p[bi] = -1.f;
+        __syncwarp();
+    }
+    /* weights: sum in selection order in double, as route() */
+    double ws = 0.0;
+    for (int t = 0; t < k; t++) ws += (double)__shfl_sync(0xffffffffu, selv, t);
+    float fs = (float)ws;
+    if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;
+    if (lane < k) {
+        ids[(size_t)row * k + lane] = seli;
+        wout[(size_t)row * k + lane] = selv / fs;
+    }
+}
+
+extern "C" int cuda_router_topk(cuda_ctx *c, const float *logits, int n, int k, int rows, int32_t *ids, float *w,
+                                err *e)
+{
+    if (n <= 0 || n > RT_MAXN || k < 1 || k > 32 || k > n || rows <= 0)
+        return err_setf(e, ERR_USAGE, "cuda_router_topk: n_expert=%d k=%d rows=%d (n_expert <= %d, k <= 32)", n, k,
+                        rows, RT_MAXN);
+    k_router<<<(rows + RT_WARPS - 1) / RT_WARPS, 32 * RT_WARPS, 0, c->stream>>>(logits, n, k, rows, ids, w);
+    return cuda_launch_check(e, "router");
+}

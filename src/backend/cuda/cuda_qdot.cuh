@@ -1,0 +1,238 @@
+/* cuda_qdot.cuh: the per-item arithmetic of the quantized matvec, written
+ * __host__ __device__ so that tests/cuda/test_cuda_emu.cu can run the very
+ * same index math on the CPU (no GPU needed) against quant_ref dots.
+ *
+ * The matvec kernel (cuda_matvec.cu) stages a tile of weight rows and the
+ * quantized activation row in shared memory, the activation UNPACKED from
+ * its ggml blocks into three aligned arrays:
+ *   xq[k]     int8 quants (16-byte aligned)
+ *   xd[nb]    float block scales (Q8_K: d; Q8_0: the f16 d widened)
+ *   xbs[k/16] int16 sums of 16 quants (Q8_K bsums; unused for Q8_0)
+ * A row of nb weight blocks is cut into ITEMS; a warp's 32 lanes take items
+ * it = lane, lane + 32, ... and each item returns one float partial:
+ *   Q4_K: 8 items a block: (j = 64-weight chunk 0..3, h = 16-byte half):
+ *         16 qs bytes -> 16 low nibbles (sub-block 2j) and 16 high nibbles
+ *         (sub-block 2j+1); returns d*dx * (sc0*lo + sc1*hi)
+ *                              - dmin*dx * (m0*bsum_lo + m1*bsum_hi)
+ *   Q6_K: 16 items a block: (hh = 128-weight half, l = 4 * 0..7): 4 weights
+ *         at each of l, l+32, l+64, l+96 of the half; returns
+ *         d*dx * sum_k scale_k * dot4(q_k - 32, x_k)
+ *   Q8_0: 2 items a block: (h = 16-quant half); returns d*dx * dot16
+ * Every integer partial is exact (as the CPU's int32 sums are); only the
+ * float products and the order of the float sum differ from quant_ref_dot_*
+ * (which sums per block into 8 float lanes): the results agree to float
+ * rounding, not bitwise. */
+#ifndef STRATA_CUDA_QDOT_CUH
+#define STRATA_CUDA_QDOT_CUH
+
+#include <stdint.h>
+#include <string.h>
+#include <cuda_fp16.h>
+#ifndef __CUDA_ARCH__
+extern "C" {
+#include "util/fp16.h"
+}
+#endif
+
+#define QD_HD __host__ __device__ __forceinline__
+
+/* 4 bytes at a 4-aligned address. */
+QD_HD uint32_t qd_ld32(const uint8_t *p)
+{
+#ifdef __CUDA_ARCH__
+    return *(const uint32_t *)p;
+#else
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#endif
+}
+
+/* 4 bytes at a 2-aligned address (Q6_K and Q8_0 blocks are 210 and 34
+ * bytes, so every other block starts at 2 mod 4): two aligned words and a
+ * funnel shift. Reads up to 3 bytes past p + 4 (within the aligned word):
+ * the staging buffers are padded for that. */
+QD_HD uint32_t qd_ld32_a2(const uint8_t *p)
+{
+#ifdef __CUDA_ARCH__
+    const unsigned sh = (unsigned)((uintptr_t)p & 3);
+    const uint32_t *w = (const uint32_t *)(p - sh);
+    return __funnelshift_r(w[0], w[1], sh * 8);
+#else
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#endif
+}
+
+QD_HD uint16_t qd_ld16(const uint8_t *p)   /* 2-aligned */
+{
+#ifdef __CUDA_ARCH__
+    return *(const uint16_t *)p;
+#else
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+#endif
+}
+
+QD_HD float qd_h2f(uint16_t h)
+{
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half(h));
+#else
+    return fp16_to_fp32(h);
+#endif
+}
+
+/* sum of the 4 signed byte products, plus c */
+QD_HD int qd_dp4a(uint32_t a, uint32_t b, int c)
+{
+#ifdef __CUDA_ARCH__
+    return __dp4a((int)a, (int)b, c);
+#else
+    for (int i = 0; i < 4; i++) c += (int8_t)(a >> (8 * i)) * (int8_t)(b >> (8 * i));
+    return c;
+#endif
+}
+
+/* per-byte a - b, modulo 256 */
+QD_HD uint32_t qd_vsub4(uint32_t a, uint32_t b)
+{
+#ifdef __CUDA_ARCH__
+    return __vsub4(a, b);
+#else
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= ((((a >> (8 * i)) & 0xff) - ((b >> (8 * i)) & 0xff)) & 0xff) << (8 * i);
+    return r;
+#endif
+}
+
+/* Q4_K/Q5_K packed 6-bit (scale, min) of sub-block j (quant_scale_min_k4). */
+QD_HD void qd_scale_min_k4(int j, const uint8_t *s, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+#define QD_Q4K_ITEMS 8
+#define QD_Q6K_ITEMS 16
+#define QD_Q80_ITEMS 2
+
+/* wrow: the row's first block, 16-byte aligned (144-byte blocks keep it).
+ * xq 16-aligned. */
+QD_HD float qd_item_q4_K(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+{
+    const int blk = it >> 3, j = (it >> 1) & 3, h = it & 1;
+    const uint8_t *bp = wrow + blk * 144;
+    const uint8_t *q = bp + 16 + 32 * j + 16 * h;
+    const uint8_t *xs = (const uint8_t *)xq + blk * 256 + 64 * j + 16 * h;
+    int lo = 0, hi = 0;
+#ifdef __CUDA_ARCH__
+    const uint4 qv = *(const uint4 *)q, xa = *(const uint4 *)xs, xb = *(const uint4 *)(xs + 32);
+    lo = __dp4a((int)(qv.x & 0x0f0f0f0fu), (int)xa.x, lo);
+    lo = __dp4a((int)(qv.y & 0x0f0f0f0fu), (int)xa.y, lo);
+    lo = __dp4a((int)(qv.z & 0x0f0f0f0fu), (int)xa.z, lo);
+    lo = __dp4a((int)(qv.w & 0x0f0f0f0fu), (int)xa.w, lo);
+    hi = __dp4a((int)((qv.x >> 4) & 0x0f0f0f0fu), (int)xb.x, hi);
+    hi = __dp4a((int)((qv.y >> 4) & 0x0f0f0f0fu), (int)xb.y, hi);
+    hi = __dp4a((int)((qv.z >> 4) & 0x0f0f0f0fu), (int)xb.z, hi);
+    hi = __dp4a((int)((qv.w >> 4) & 0x0f0f0f0fu), (int)xb.w, hi);
+#else
+    for (int t = 0; t < 4; t++) {
+        const uint32_t qw = qd_ld32(q + 4 * t);
+        lo = qd_dp4a(qw & 0x0f0f0f0fu, qd_ld32(xs + 4 * t), lo);
+        hi = qd_dp4a((qw >> 4) & 0x0f0f0f0fu, qd_ld32(xs + 32 + 4 * t), hi);
+    }
+#endif
+    int sc0, m0, sc1, m1;
+    qd_scale_min_k4(2 * j, bp + 4, &sc0, &m0);
+    qd_scale_min_k4(2 * j + 1, bp + 4, &sc1, &m1);
+    const int isum = sc0 * lo + sc1 * hi;
+    const int msum = m0 * xbs[blk * 16 + 4 * j + h] + m1 * xbs[blk * 16 + 4 * j + 2 + h];
+    const float dx = xd[blk];
+    const float d = qd_h2f(qd_ld16(bp)) * dx, dm = qd_h2f(qd_ld16(bp + 2)) * dx;
+    return d * (float)isum - dm * (float)msum;
+}
+
+/* wrow: 2-byte aligned. xq 16-aligned. */
+QD_HD float qd_item_q6_K(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+{
+    (void)xbs;
+    const int blk = it >> 4, hh = (it >> 3) & 1, l = (it & 7) * 4;
+    const uint8_t *bp = wrow + blk * 210;
+    const uint32_t ql0 = qd_ld32_a2(bp + 64 * hh + l), ql1 = qd_ld32_a2(bp + 64 * hh + 32 + l);
+    const uint32_t qh = qd_ld32_a2(bp + 128 + 32 * hh + l);
+    const uint32_t k32 = 0x20202020u;
+    const uint32_t w0 = qd_vsub4((ql0 & 0x0f0f0f0fu) | ((qh & 0x03030303u) << 4), k32);
+    const uint32_t w1 = qd_vsub4((ql1 & 0x0f0f0f0fu) | (((qh >> 2) & 0x03030303u) << 4), k32);
+    const uint32_t w2 = qd_vsub4(((ql0 >> 4) & 0x0f0f0f0fu) | (((qh >> 4) & 0x03030303u) << 4), k32);
+    const uint32_t w3 = qd_vsub4(((ql1 >> 4) & 0x0f0f0f0fu) | (((qh >> 6) & 0x03030303u) << 4), k32);
+    const uint8_t *xs = (const uint8_t *)xq + blk * 256 + 128 * hh + l;
+    const int8_t *sc = (const int8_t *)(bp + 192) + 8 * hh + (l >> 4);
+    int isum = sc[0] * qd_dp4a(w0, qd_ld32(xs), 0);
+    isum += sc[2] * qd_dp4a(w1, qd_ld32(xs + 32), 0);
+    isum += sc[4] * qd_dp4a(w2, qd_ld32(xs + 64), 0);
+    isum += sc[6] * qd_dp4a(w3, qd_ld32(xs + 96), 0);
+    const float d = qd_h2f(qd_ld16(bp + 208)) * xd[blk];
+    return d * (float)isum;
+}
+
+/* wrow: 2-byte aligned. xq 16-aligned. */
+QD_HD float qd_item_q8_0(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+{
+    (void)xbs;
+    const int blk = it >> 1, h = it & 1;
+    const uint8_t *bp = wrow + blk * 34;
+    const uint8_t *q = bp + 2 + 16 * h;
+    const uint8_t *xs = (const uint8_t *)xq + blk * 32 + 16 * h;
+    int s = 0;
+    for (int t = 0; t < 4; t++) s = qd_dp4a(qd_ld32_a2(q + 4 * t), qd_ld32(xs + 4 * t), s);
+    const float d = qd_h2f(qd_ld16(bp)) * xd[blk];
+    return d * (float)s;
+}
+
+QD_HD void qd_st32(uint8_t *p, uint32_t v)   /* 4-aligned */
+{
+#ifdef __CUDA_ARCH__
+    *(uint32_t *)p = v;
+#else
+    memcpy(p, &v, 4);
+#endif
+}
+
+QD_HD void qd_st16(uint8_t *p, uint16_t v)   /* 2-aligned */
+{
+#ifdef __CUDA_ARCH__
+    *(uint16_t *)p = v;
+#else
+    memcpy(p, &v, 2);
+#endif
+}
+
+/* Unpack word/halfword w of a quantized activation row (ggml blocks at gx)
+ * into the shared-memory arrays. Q8_K: 73 32-bit words a block (d, 64 of
+ * qs, 8 of bsums); Q8_0: 17 16-bit halfwords a block (d, 16 of qs). */
+QD_HD void qd_unpack_q8_K(const uint8_t *gx, int w, int8_t *xq, float *xd, int16_t *xbs)
+{
+    const int blk = w / 73, o = w - blk * 73;
+    const uint32_t v = qd_ld32(gx + 4 * (size_t)w);
+    if (o == 0) qd_st32((uint8_t *)xd + 4 * (size_t)blk, v);
+    else if (o <= 64) qd_st32((uint8_t *)xq + (size_t)blk * 256 + 4 * (o - 1), v);
+    else qd_st32((uint8_t *)xbs + (size_t)blk * 32 + 4 * (o - 65), v);
+}
+
+QD_HD void qd_unpack_q8_0(const uint8_t *gx, int w, int8_t *xq, float *xd)
+{
+    const int blk = w / 17, o = w - blk * 17;
+    const uint16_t v = qd_ld16(gx + 2 * (size_t)w);
+    if (o == 0) xd[blk] = qd_h2f(v);
+    else qd_st16((uint8_t *)xq + (size_t)blk * 32 + 2 * (o - 1), v);
+}
+
+#endif

@@ -1,0 +1,537 @@
+/* test_cuda: the CUDA backend's kernels against the CPU path, and (with
+ * --bench) the decode matvec bandwidth benchmark.
+ *
+ * Without a usable GPU (no driver, no device: this machine and CI) cuda_open
+ * answers ERR_UNSUPPORTED; the suite prints a skip note and counts the skip
+ * as one passed case, so `cuda: 1 passed, 0 failed`, exit 0.
+ *
+ * With a GPU, every check draws fresh random inputs and poisons outputs
+ * (NaN) before the kernel runs:
+ *   act_quant  device Q8_K / Q8_0 bytes == the CPU's act_quant bytes
+ *              (memcmp), including an all-zero block, a block whose first
+ *              largest |x| has a later equal-magnitude twin of the other
+ *              sign, and (Q8_0) a block of subnormals (127/amax overflows);
+ *   matvec     Q4_K, Q6_K, Q8_0 weights quantized on the CPU (quant_ops
+ *              quant; the 151936-row Q6_K head uses random block bytes with
+ *              sane scales instead: quantizing 311M weights would take
+ *              minutes of the device lease), GPU y vs the CPU's quant_ops dot
+ *              over the CPU act_quant'ed x. TOLERANCE: NMSE < 1e-10.
+ *              Both sides compute identical integer block sums from
+ *              identical quantized inputs (act_quant is bit-exact, checked
+ *              above); only the float scaling products and the order of the
+ *              float sum over blocks differ, each float op off by at most
+ *              half an ulp (6e-8 relative), so the error is ~1e-7 of the sum
+ *              of |block partials|, and NMSE ~1e-14..1e-13 for random data
+ *              (~1e-3 cancellation). A single flipped quant or a wrong
+ *              block/scale gives NMSE > 1e-8, so 1e-10 separates the cases;
+ *   batch/ids  matvec over a batch with an id array, per-item inputs and a
+ *              padded output stride;
+ *   rmsnorm    vs ops_rmsnorm (rel 1e-6: double sums in another order can
+ *              move the float mean by 1 ulp), in place too;
+ *   swiglu     vs ops_swiglu (rel 2e-6: CUDA expf is within 2 ulp);
+ *   router     vs ops_softmax + ops_topk + qwen3moe's renormalisation: ids
+ *              exactly (ties to the lower index), weights rel 2e-6.
+ *
+ * --info: open the device, print its name, exit 0 (3 when there is none).
+ * --bench: GB/s of the decode matvec on expert-shaped batches and the head
+ * vs the device's measured read and copy bandwidth (see print_bench). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+#include "testhelp.h"
+#include "backend/cuda/cuda_backend.h"
+#include "model/ops.h"
+#include "quant/qtype.h"
+#include "quant/quant.h"
+#include "util/cpu.h"
+#include "util/fp16.h"
+
+static cuda_ctx *g_cu;
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rng_next(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+static float frand(void) { return (float)((rng_next() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }   /* [-1, 1) */
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) { fprintf(stderr, "out of memory (%zu bytes)\n", n); exit(2); }
+    return p;
+}
+
+static void *dev_alloc(size_t n)
+{
+    void *p = NULL;
+    err e = {0};
+    if (cuda_alloc(g_cu, &p, n, &e)) { fprintf(stderr, "%s\n", e.msg); exit(2); }
+    return p;
+}
+
+static void *dev_from(const void *h, size_t n)
+{
+    void *p = dev_alloc(n);
+    err e = {0};
+    if (cuda_upload(g_cu, p, h, n, &e)) { fprintf(stderr, "%s\n", e.msg); exit(2); }
+    return p;
+}
+
+/* sum (a - r)^2 / sum r^2; +inf if any a is not finite */
+static double nmse(const float *a, const float *r, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        const double d = (double)a[i] - r[i];
+        num += d * d;
+        den += (double)r[i] * r[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+static double max_rel(const float *a, const float *r, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        const double d = fabs((double)a[i] - r[i]) / (fabs((double)r[i]) + 1e-30);
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+static int dot_type_of(int wtype) { return qtype_get(wtype)->dot_type; }
+
+/* ==== act quant ==== */
+
+static void check_act_quant(int wtype, int64_t n, int rows)
+{
+    float *x = xmalloc(sizeof(float) * (size_t)(n * rows));
+    for (int64_t i = 0; i < n * rows; i++) x[i] = frand() * 3.0f;
+    const int be = wtype == QTYPE_Q8_0 ? 32 : 256;
+    /* block 1: all zero; block 2: the largest |x| twice, + first then - */
+    for (int i = 0; i < be; i++) x[be + i] = 0.0f;
+    x[2 * be + 5] = 7.5f;
+    x[2 * be + 9] = -7.5f;
+    if (wtype == QTYPE_Q8_0)   /* block 3: subnormals, 127/amax overflows to inf */
+        for (int i = 0; i < be; i++) x[3 * be + i] = (i & 1 ? -1.0f : 1.0f) * 1e-39f * (float)(i % 5);
+    const size_t ab = cuda_act_bytes(wtype, n);
+    uint8_t *cpu = xmalloc(ab * rows), *gpu = xmalloc(ab * rows);
+    err e = {0};
+    for (int r = 0; r < rows; r++)
+        CHECK(quant_act_quantize(dot_type_of(wtype), x + r * n, cpu + r * ab, n, &e) == 0);
+    float *dx = dev_from(x, sizeof(float) * (size_t)(n * rows));
+    void *dq = dev_alloc(ab * rows);
+    CHECK(cuda_memset(g_cu, dq, 0xA5, ab * rows, &e) == 0);
+    CHECK_MSG(cuda_act_quant(g_cu, wtype, dx, dq, n, rows, &e) == 0, "%s", e.msg);
+    CHECK_MSG(cuda_download(g_cu, gpu, dq, ab * rows, &e) == 0, "%s", e.msg);
+    size_t bad = 0, first = (size_t)-1;
+    for (size_t i = 0; i < ab * rows; i++)
+        if (cpu[i] != gpu[i]) { bad++; if (first == (size_t)-1) first = i; }
+    CHECK_MSG(bad == 0, "%s act quant: %zu of %zu bytes differ, first at %zu (cpu %02x gpu %02x)",
+              qtype_name(dot_type_of(wtype)), bad, ab * rows, first, bad ? cpu[first] : 0, bad ? gpu[first] : 0);
+    printf("  act_quant %-4s n=%lld rows=%d: %s\n", qtype_name(dot_type_of(wtype)), (long long)n, rows,
+           bad ? "DIFFERS" : "bit-identical");
+    cuda_free(g_cu, dx);
+    cuda_free(g_cu, dq);
+    free(x); free(cpu); free(gpu);
+}
+
+TEST(test_act_quant)
+{
+    check_act_quant(QTYPE_Q4_K, 2048, 3);
+    check_act_quant(QTYPE_Q8_0, 2048, 3);
+    check_act_quant(QTYPE_Q4_K, 768, 1);
+    check_act_quant(QTYPE_Q8_0, 768, 1);
+}
+
+/* ==== matvec ==== */
+
+/* Random but valid blocks: random bytes, then every f16 scale set to a
+ * small positive half (so no inf/NaN), for the big head and the bench. */
+static void random_blocks(int wtype, uint8_t *w, size_t nblocks)
+{
+    const int bb = qtype_get(wtype)->type_size;
+    for (size_t i = 0; i < nblocks * bb; i += 8) {
+        const uint64_t r = rng_next();
+        memcpy(w + i, &r, i + 8 <= nblocks * bb ? 8 : nblocks * bb - i);
+    }
+    for (size_t b = 0; b < nblocks; b++) {
+        uint8_t *p = w + b * bb;
+        const uint16_t d = fp32_to_fp16(1e-3f * (1.0f + (float)(rng_next() % 100) / 100.0f));
+        if (wtype == QTYPE_Q4_K) {
+            memcpy(p, &d, 2);
+            memcpy(p + 2, &d, 2);
+        } else if (wtype == QTYPE_Q6_K) {
+            memcpy(p + 208, &d, 2);
+        } else {
+            memcpy(p, &d, 2);
+        }
+    }
+}
+
+static double check_matvec(int wtype, int64_t rows, int64_t k, int real_quant)
+{
+    const qtype_info *qi = qtype_get(wtype);
+    const size_t rb = (size_t)(k / qi->blck) * qi->type_size;
+    uint8_t *w = xmalloc(rb * rows);
+    float *x = xmalloc(sizeof(float) * k);
+    err e = {0};
+    if (real_quant) {
+        float *wf = xmalloc(sizeof(float) * k);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t i = 0; i < k; i++) wf[i] = frand() * 0.05f;
+            quant_quantize(wtype, wf, w + r * rb, k, &e);
+        }
+        free(wf);
+    } else {
+        random_blocks(wtype, w, (size_t)(k / qi->blck) * rows);
+    }
+    for (int64_t i = 0; i < k; i++) x[i] = frand() * 2.0f;
+
+    quant_ops ops;
+    CHECK(quant_ops_get(wtype, cpu_best_isa(), &ops, &e) == 0);
+    quant_ops aops;
+    CHECK(quant_ops_get(ops.dot_type, cpu_best_isa(), &aops, &e) == 0);
+    const size_t ab = cuda_act_bytes(wtype, k);
+    uint8_t *xq = xmalloc(ab);
+    aops.act_quant(x, xq, k);
+    float *ref = xmalloc(sizeof(float) * rows), *y = xmalloc(sizeof(float) * rows);
+    for (int64_t r = 0; r < rows; r++) ref[r] = ops.dot(k, w + r * rb, xq);
+
+    uint8_t *dw = dev_from(w, rb * rows);
+    float *dx = dev_from(x, sizeof(float) * k);
+    void *dxq = dev_alloc(ab);
+    float *dy = dev_alloc(sizeof(float) * rows);
+    CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * rows, &e) == 0);   /* NaN poison */
+    CHECK_MSG(cuda_act_quant(g_cu, wtype, dx, dxq, k, 1, &e) == 0, "%s", e.msg);
+    CHECK_MSG(cuda_matvec(g_cu, wtype, dw, rows, k, dxq, dy, &e) == 0, "%s", e.msg);
+    CHECK_MSG(cuda_download(g_cu, y, dy, sizeof(float) * rows, &e) == 0, "%s", e.msg);
+    const double nm = nmse(y, ref, rows);
+    printf("  matvec %-4s %6lld x %-5lld %s: NMSE %.3g, max rel %.3g\n", qtype_name(wtype), (long long)rows,
+           (long long)k, real_quant ? "quantized " : "random blk", nm, max_rel(y, ref, rows));
+    CHECK_MSG(nm < 1e-10, "%s %lldx%lld: NMSE %.3g", qtype_name(wtype), (long long)rows, (long long)k, nm);
+    cuda_free(g_cu, dw); cuda_free(g_cu, dx); cuda_free(g_cu, dxq); cuda_free(g_cu, dy);
+    free(w); free(x); free(xq); free(ref); free(y);
+    return nm;
+}
+
+TEST(test_matvec)
+{
+    static const int types[3] = {QTYPE_Q4_K, QTYPE_Q6_K, QTYPE_Q8_0};
+    for (int t = 0; t < 3; t++) {
+        check_matvec(types[t], 768, 2048, 1);    /* expert gate/up */
+        check_matvec(types[t], 2048, 768, 1);    /* expert down */
+        check_matvec(types[t], 4096, 2048, 1);   /* attention q */
+        check_matvec(types[t], 37, 2048, 1);     /* partial tile */
+        check_matvec(types[t], 5, 768, 1);       /* fewer rows than warps */
+    }
+    check_matvec(QTYPE_Q6_K, 151936, 2048, 0);   /* the output head */
+}
+
+/* Batch with ids, per-item inputs, padded output rows. */
+TEST(test_matvec_batch)
+{
+    static const int types[3] = {QTYPE_Q4_K, QTYPE_Q6_K, QTYPE_Q8_0};
+    for (int t = 0; t < 3; t++) {
+        const int wtype = types[t];
+        const qtype_info *qi = qtype_get(wtype);
+        const int64_t rows = 96, k = 768;
+        const int nmat = 5, nb = 6;
+        const int32_t ids[6] = {3, 0, 4, 3, 1, 2};
+        const size_t rb = (size_t)(k / qi->blck) * qi->type_size;
+        const size_t ms = rb * rows;   /* a multiple of 16 for every type here */
+        uint8_t *w = xmalloc(ms * nmat);
+        float *wf = xmalloc(sizeof(float) * k);
+        err e = {0};
+        for (int64_t r = 0; r < rows * nmat; r++) {
+            for (int64_t i = 0; i < k; i++) wf[i] = frand() * 0.05f;
+            quant_quantize(wtype, wf, w + r * rb, k, &e);
+        }
+        const size_t ab = cuda_act_bytes(wtype, k);
+        const size_t xs = (ab + 15) & ~(size_t)15;
+        float *x = xmalloc(sizeof(float) * k * nb);
+        for (int64_t i = 0; i < k * nb; i++) x[i] = frand();
+        uint8_t *xq = xmalloc(xs * nb);
+        quant_ops ops, aops;
+        CHECK(quant_ops_get(wtype, cpu_best_isa(), &ops, &e) == 0);
+        CHECK(quant_ops_get(ops.dot_type, cpu_best_isa(), &aops, &e) == 0);
+        for (int b = 0; b < nb; b++) aops.act_quant(x + b * k, xq + b * xs, k);
+        const size_t ys = rows + 5;
+        float *ref = xmalloc(sizeof(float) * ys * nb), *y = xmalloc(sizeof(float) * ys * nb);
+        for (int b = 0; b < nb; b++)
+            for (int64_t r = 0; r < rows; r++) ref[b * ys + r] = ops.dot(k, w + ids[b] * ms + r * rb, xq + b * xs);
+
+        uint8_t *dw = dev_from(w, ms * nmat);
+        uint8_t *dxq = dev_from(xq, xs * nb);
+        int32_t *dids = dev_from(ids, sizeof ids);
+        float *dy = dev_alloc(sizeof(float) * ys * nb);
+        CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * ys * nb, &e) == 0);
+        cuda_matvec_args a = {wtype, dw, ms, dids, rows, k, nb, dxq, xs, dy, ys};
+        CHECK_MSG(cuda_matvec_batch(g_cu, &a, &e) == 0, "%s", e.msg);
+        CHECK_MSG(cuda_download(g_cu, y, dy, sizeof(float) * ys * nb, &e) == 0, "%s", e.msg);
+        double worst = 0;
+        for (int b = 0; b < nb; b++) {
+            const double nm = nmse(y + b * ys, ref + b * ys, rows);
+            if (nm > worst) worst = nm;
+            for (size_t r = rows; r < ys; r++) {   /* the padding is untouched (still NaN) */
+                uint32_t u;
+                memcpy(&u, &y[b * ys + r], 4);
+                CHECK_MSG(u == 0xFFFFFFFFu, "batch %d row %zu written", b, r);
+            }
+        }
+        printf("  batch  %-4s %d items (ids) of %lld x %lld: worst NMSE %.3g\n", qtype_name(wtype), nb,
+               (long long)rows, (long long)k, worst);
+        CHECK_MSG(worst < 1e-10, "%s batch NMSE %.3g", qtype_name(wtype), worst);
+        cuda_free(g_cu, dw); cuda_free(g_cu, dxq); cuda_free(g_cu, dids); cuda_free(g_cu, dy);
+        free(w); free(wf); free(x); free(xq); free(ref); free(y);
+    }
+}
+
+/* ==== float ops ==== */
+
+TEST(test_rmsnorm)
+{
+    static const int shapes[2][2] = {{2048, 3}, {128, 32}};
+    for (int s = 0; s < 2; s++) {
+        const int n = shapes[s][0], rows = shapes[s][1];
+        const size_t nn = (size_t)n * rows;
+        float *x = xmalloc(sizeof(float) * nn), *w = xmalloc(sizeof(float) * n);
+        float *ref = xmalloc(sizeof(float) * nn), *y = xmalloc(sizeof(float) * nn);
+        for (size_t i = 0; i < nn; i++) x[i] = frand() * 4.0f;
+        for (int i = 0; i < n; i++) w[i] = 0.5f + frand();
+        for (int r = 0; r < rows; r++) ops_rmsnorm(ref + (size_t)r * n, x + (size_t)r * n, w, n, 1e-6f);
+        float *dx = dev_from(x, sizeof(float) * nn), *dw = dev_from(w, sizeof(float) * n);
+        float *dy = dev_alloc(sizeof(float) * nn);
+        err e = {0};
+        CHECK_MSG(cuda_rmsnorm(g_cu, dy, dx, dw, n, rows, 1e-6f, &e) == 0, "%s", e.msg);
+        CHECK(cuda_download(g_cu, y, dy, sizeof(float) * nn, &e) == 0);
+        const double m1 = max_rel(y, ref, nn);
+        CHECK_MSG(m1 <= 1e-6, "rmsnorm n=%d max rel %.3g", n, m1);
+        CHECK_MSG(cuda_rmsnorm(g_cu, dx, dx, dw, n, rows, 1e-6f, &e) == 0, "%s", e.msg);   /* in place */
+        CHECK(cuda_download(g_cu, y, dx, sizeof(float) * nn, &e) == 0);
+        const double m2 = max_rel(y, ref, nn);
+        CHECK_MSG(m2 <= 1e-6, "rmsnorm in place n=%d max rel %.3g", n, m2);
+        printf("  rmsnorm n=%d rows=%d: max rel %.3g (in place %.3g)\n", n, rows, m1, m2);
+        cuda_free(g_cu, dx); cuda_free(g_cu, dw); cuda_free(g_cu, dy);
+        free(x); free(w); free(ref); free(y);
+    }
+}
+
+TEST(test_swiglu)
+{
+    const int n = 6144;
+    float *g = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n);
+    float *ref = xmalloc(sizeof(float) * n), *h = xmalloc(sizeof(float) * n);
+    for (int i = 0; i < n; i++) { g[i] = frand() * 12.0f; u[i] = frand() * 3.0f; }
+    ops_swiglu(ref, g, u, n);
+    float *dg = dev_from(g, sizeof(float) * n), *du = dev_from(u, sizeof(float) * n);
+    float *dh = dev_alloc(sizeof(float) * n);
+    err e = {0};
+    CHECK_MSG(cuda_swiglu(g_cu, dh, dg, du, n, &e) == 0, "%s", e.msg);
+    CHECK(cuda_download(g_cu, h, dh, sizeof(float) * n, &e) == 0);
+    const double m = max_rel(h, ref, n);
+    printf("  swiglu n=%d: max rel %.3g\n", n, m);
+    CHECK_MSG(m <= 2e-6, "swiglu max rel %.3g", m);
+    cuda_free(g_cu, dg); cuda_free(g_cu, du); cuda_free(g_cu, dh);
+    free(g); free(u); free(ref); free(h);
+}
+
+TEST(test_router)
+{
+    const int n = 128, k = 8, rows = 19;
+    float *lg = xmalloc(sizeof(float) * n * rows), *p = xmalloc(sizeof(float) * n);
+    for (int i = 0; i < n * rows; i++) lg[i] = frand() * 4.0f;
+    for (int i = 0; i < n; i++) lg[i] = 0.25f;                        /* row 0: all tied */
+    for (int i = 0; i < n; i++) lg[n + i] = (float)(i % 7) * 0.5f;     /* row 1: groups of ties */
+    int32_t *ids_ref = xmalloc(sizeof(int32_t) * k * rows), *ids = xmalloc(sizeof(int32_t) * k * rows);
+    float *w_ref = xmalloc(sizeof(float) * k * rows), *w = xmalloc(sizeof(float) * k * rows);
+    for (int r = 0; r < rows; r++) {
+        memcpy(p, lg + r * n, sizeof(float) * n);
+        ops_softmax(p, n);
+        ops_topk(p, n, k, ids_ref + r * k);
+        double sum = 0;
+        for (int t = 0; t < k; t++) { w_ref[r * k + t] = p[ids_ref[r * k + t]]; sum += (double)w_ref[r * k + t]; }
+        float fs = (float)sum;
+        if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;
+        for (int t = 0; t < k; t++) w_ref[r * k + t] /= fs;
+    }
+    float *dl = dev_from(lg, sizeof(float) * n * rows), *dw = dev_alloc(sizeof(float) * k * rows);
+    int32_t *di = dev_alloc(sizeof(int32_t) * k * rows);
+    err e = {0};
+    CHECK_MSG(cuda_router_topk(g_cu, dl, n, k, rows, di, dw, &e) == 0, "%s", e.msg);
+    CHECK(cuda_download(g_cu, ids, di, sizeof(int32_t) * k * rows, &e) == 0);
+    CHECK(cuda_download(g_cu, w, dw, sizeof(float) * k * rows, &e) == 0);
+    int id_bad = 0;
+    for (int i = 0; i < k * rows; i++) id_bad += ids[i] != ids_ref[i];
+    const double m = max_rel(w, w_ref, (size_t)k * rows);
+    printf("  router n=%d k=%d rows=%d: %d ids differ, weights max rel %.3g\n", n, k, rows, id_bad, m);
+    CHECK_MSG(id_bad == 0, "%d router ids differ (row 0: gpu %d %d %d, cpu %d %d %d)", id_bad, ids[0], ids[1], ids[2],
+              ids_ref[0], ids_ref[1], ids_ref[2]);
+    CHECK_MSG(m <= 2e-6, "router weights max rel %.3g", m);
+    cuda_free(g_cu, dl); cuda_free(g_cu, dw); cuda_free(g_cu, di);
+    free(lg); free(p); free(ids_ref); free(ids); free(w_ref); free(w);
+}
+
+TEST(test_errors)
+{
+    err e = {0};
+    CHECK(cuda_matvec(g_cu, QTYPE_Q5_K, NULL, 8, 256, NULL, NULL, &e) == ERR_UNSUPPORTED);
+    err_clear(&e);
+    CHECK(cuda_matvec(g_cu, QTYPE_Q4_K, NULL, 8, 100, NULL, NULL, &e) == ERR_USAGE);
+    CHECK(cuda_act_bytes(QTYPE_Q4_K, 100) == 0);
+    CHECK(cuda_act_bytes(QTYPE_Q4_K, 512) == 2 * 292);
+    CHECK(cuda_act_bytes(QTYPE_Q8_0, 64) == 2 * 34);
+}
+
+/* ==== bench ==== */
+
+static int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define BENCH_REPS 20
+
+/* median ms of BENCH_REPS timed runs after 3 warm-ups */
+typedef int (*bench_fn)(void *arg);
+static float bench_median(bench_fn fn, void *arg)
+{
+    float t[BENCH_REPS];
+    err e = {0};
+    for (int i = 0; i < 3; i++) fn(arg);
+    for (int i = 0; i < BENCH_REPS; i++) {
+        cuda_timer_begin(g_cu, &e);
+        fn(arg);
+        if (cuda_timer_end(g_cu, &t[i], &e)) { fprintf(stderr, "bench: %s\n", e.msg); exit(2); }
+    }
+    qsort(t, BENCH_REPS, sizeof(float), cmp_float);
+    return (t[BENCH_REPS / 2 - 1] + t[BENCH_REPS / 2]) / 2;
+}
+
+typedef struct { const void *buf; size_t bytes; uint32_t *sink; void *dst; } bw_arg;
+static int run_read(void *a)
+{
+    bw_arg *b = a;
+    return cuda_read_probe(g_cu, b->buf, b->bytes, b->sink, NULL);
+}
+static int run_copy(void *a)
+{
+    bw_arg *b = a;
+    return cuda_copy_d2d(g_cu, b->dst, b->buf, b->bytes, NULL);
+}
+static int run_mv(void *a)
+{
+    err e = {0};
+    int r = cuda_matvec_batch(g_cu, a, &e);
+    if (r) { fprintf(stderr, "bench matvec: %s\n", e.msg); exit(2); }
+    return r;
+}
+
+typedef struct {
+    const char *name;
+    int wtype;
+    int64_t rows, k;
+    int n_mat, n_batch;   /* n_batch < n_mat: pick n_batch matrices by id */
+} mv_case;
+
+static void bench(void)
+{
+    const cuda_info *ci = cuda_get_info(g_cu);
+    printf("bench: %s, %d SMs, %.1f GiB, L2 %.0f MiB, runtime %d, driver %d\n", ci->name, ci->sm_count,
+           ci->global_mem / 1073741824.0, ci->l2_bytes / 1048576.0, ci->runtime_version, ci->driver_version);
+    /* device bandwidth: 4 GiB read-only probe; 2 GiB -> 2 GiB copy counted as read + write */
+    const size_t big = (size_t)4 << 30, half = (size_t)2 << 30;
+    uint8_t *buf = dev_alloc(big);
+    uint32_t *sink = dev_alloc(4);
+    err e = {0};
+    cuda_memset(g_cu, buf, 0x5A, big, &e);
+    bw_arg ra = {buf, big, sink, NULL};
+    const float t_read = bench_median(run_read, &ra);
+    const double bw_read = big / (t_read * 1e-3) / 1e9;
+    bw_arg ca = {buf, half, sink, buf + half};
+    const float t_copy = bench_median(run_copy, &ca);
+    const double bw_copy = 2.0 * half / (t_copy * 1e-3) / 1e9;
+    printf("bench: read probe %.0f GB/s (4 GiB, %.3f ms); d2d copy %.0f GB/s (2 GiB read + 2 GiB written, %.3f ms)\n",
+           bw_read, t_read, bw_copy, t_copy);
+    cuda_free(g_cu, buf);
+
+    static const mv_case cases[] = {
+        {"experts gate/up Q4_K 768x2048, 128 matrices", QTYPE_Q4_K, 768, 2048, 128, 128},
+        {"experts down Q4_K 2048x768, 128 matrices", QTYPE_Q4_K, 2048, 768, 128, 128},
+        {"decode: 8 of 128 experts Q4_K 768x2048 (ids)", QTYPE_Q4_K, 768, 2048, 128, 8},
+        {"head Q6_K 151936x2048", QTYPE_Q6_K, 151936, 2048, 1, 1},
+        {"attention Q8_0 4096x2048, 32 matrices", QTYPE_Q8_0, 4096, 2048, 32, 32},
+    };
+    printf("\n| case | weight MB read | median us | GB/s | of read probe | of copy |\n|---|---|---|---|---|---|\n");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const mv_case *m = &cases[c];
+        const qtype_info *qi = qtype_get(m->wtype);
+        const size_t rb = (size_t)(m->k / qi->blck) * qi->type_size, ms = rb * m->rows;
+        uint8_t *hw = xmalloc(ms);
+        random_blocks(m->wtype, hw, (size_t)(m->k / qi->blck) * m->rows);
+        uint8_t *dw = dev_alloc(ms * m->n_mat);
+        for (int i = 0; i < m->n_mat; i++) cuda_upload(g_cu, dw + ms * i, hw, ms, &e);
+        float *x = xmalloc(sizeof(float) * m->k);
+        for (int64_t i = 0; i < m->k; i++) x[i] = frand();
+        float *dx = dev_from(x, sizeof(float) * m->k);
+        void *dxq = dev_alloc(cuda_act_bytes(m->wtype, m->k));
+        cuda_act_quant(g_cu, m->wtype, dx, dxq, m->k, 1, &e);
+        float *dy = dev_alloc(sizeof(float) * m->rows * m->n_batch);
+        int32_t ids[128];
+        for (int i = 0; i < m->n_batch; i++) ids[i] = (int32_t)((i * 37 + 11) % m->n_mat);   /* distinct */
+        int32_t *dids = m->n_batch < m->n_mat ? dev_from(ids, sizeof(int32_t) * m->n_batch) : NULL;
+        cuda_matvec_args a = {m->wtype, dw, ms, dids, m->rows, m->k, m->n_batch, dxq, 0, dy, (size_t)m->rows};
+        const float t = bench_median(run_mv, &a);
+        const double bytes = (double)ms * m->n_batch;
+        const double gbs = bytes / (t * 1e-3) / 1e9;
+        printf("| %s | %.1f | %.1f | %.0f | %.0f%% | %.0f%% |\n", m->name, bytes / 1e6, t * 1e3, gbs,
+               100.0 * gbs / bw_read, 100.0 * gbs / bw_copy);
+        fflush(stdout);
+        cuda_free(g_cu, dw); cuda_free(g_cu, dx); cuda_free(g_cu, dxq); cuda_free(g_cu, dy); cuda_free(g_cu, dids);
+        free(hw); free(x);
+    }
+    if (cuda_sync(g_cu, &e)) fprintf(stderr, "bench: %s\n", e.msg);
+}
+
+int main(int argc, char **argv)
+{
+    const int do_bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
+    const int do_info = argc > 1 && strcmp(argv[1], "--info") == 0;
+    err e = {0};
+    if (cuda_open(&g_cu, 0, &e) != 0) {
+        printf("cuda: skipped: %s\n", e.msg);
+        if (do_info) return 3;
+        test_g.passed++;   /* the skip counts as passed: no GPU is not a failure */
+        return test_summary("cuda");
+    }
+    printf("cuda: device %s\n", cuda_device_name(g_cu));
+    if (do_info) {
+        cuda_close(g_cu);
+        return 0;
+    }
+    if (do_bench) {
+        bench();
+        cuda_close(g_cu);
+        return 0;
+    }
+    RUN(test_errors);
+    RUN(test_act_quant);
+    RUN(test_matvec);
+    RUN(test_matvec_batch);
+    RUN(test_rmsnorm);
+    RUN(test_swiglu);
+    RUN(test_router);
+    if (cuda_sync(g_cu, &e)) { fprintf(stderr, "cuda: %s\n", e.msg); test_g.failed++; }
+    cuda_close(g_cu);
+    return test_summary("cuda");
+}
