@@ -440,13 +440,9 @@ int engine_stream_occupancy(engine *eng, int *n_slots, int *n_filled)
     return 0;
 }
 
-int engine_stream_counters_get(const engine *eng, int phase, engine_stream_counters *out)
+static void stream_counters_from(engine_stream_counters *out, const xstore_counters *cp)
 {
-    memset(out, 0, sizeof *out);
-    if (!eng->store) return ERR_USAGE;
-    if (phase != ENGINE_PHASE_PROMPT && phase != ENGINE_PHASE_DECODE) return ERR_RANGE;
-    xstore_counters c;
-    xstore_phase_counters(eng->store, phase == ENGINE_PHASE_PROMPT ? XSTORE_PROMPT : XSTORE_DECODE, &c);
+    const xstore_counters c = *cp;
     *out = (engine_stream_counters){
         .chunks = c.chunks, .rows = c.rows, .lookups = c.lookups, .hits = c.hits, .ahead = c.ahead,
         .misses = c.misses, .streamed_in = c.loads, .streamed_in_prefetch = c.loads_prefetch,
@@ -455,6 +451,16 @@ int engine_stream_counters_get(const engine *eng, int phase, engine_stream_count
         .prefetch_wasted = c.prefetch_wasted, .extra_waves = c.waves, .io_errors = c.io_errors,
         .host_ms = c.host_ms, .wait_ms = c.wait_ms,
     };
+}
+
+int engine_stream_counters_get(const engine *eng, int phase, engine_stream_counters *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!eng->store) return ERR_USAGE;
+    if (phase != ENGINE_PHASE_PROMPT && phase != ENGINE_PHASE_DECODE) return ERR_RANGE;
+    xstore_counters c;
+    xstore_phase_counters(eng->store, phase == ENGINE_PHASE_PROMPT ? XSTORE_PROMPT : XSTORE_DECODE, &c);
+    stream_counters_from(out, &c);
     return 0;
 }
 
@@ -521,6 +527,21 @@ int engine_route_counters_get(const engine *eng, int arm, engine_route_counters 
     return 0;
 }
 
+/* The xstore arms are numbered as the route arms (xstore.h, route.h). */
+_Static_assert((int)XSTORE_ARM_CHUNK0 == (int)ROUTE_ARM_CHUNK0 && (int)XSTORE_ARM_PROMPT == (int)ROUTE_ARM_PROMPT &&
+               (int)XSTORE_ARM_DECODE == (int)ROUTE_ARM_DECODE && (int)XSTORE_N_ARMS == (int)ROUTE_N_ARMS,
+               "xstore and route arms differ");
+
+int engine_route_stream_counters_get(const engine *eng, int arm, engine_stream_counters *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!eng->store || arm < 0 || arm >= ROUTE_N_ARMS) return ERR_USAGE;
+    xstore_counters c;
+    xstore_arm_counters(eng->store, arm, &c);
+    stream_counters_from(out, &c);
+    return 0;
+}
+
 static double ratio(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
 
 void engine_route_trace(const engine *eng, FILE *out)
@@ -542,6 +563,13 @@ void engine_route_trace(const engine *eng, FILE *out)
             fprintf(out, "; resident at routing time %.4f of lookups (exact routing: %.4f) in %llu blocks",
                     ratio(c->masked_resident, c->masked_lookups), ratio(c->masked_resident_exact, c->masked_lookups_exact),
                     (unsigned long long)c->masked_blocks);
+        engine_stream_counters sc;
+        if (engine_route_stream_counters_get(eng, id, &sc) == 0)
+            fprintf(out, "; store: %llu chunks, %llu lookups, in the arena %llu, streamed ahead %llu, missed %llu, "
+                    "%llu reads, %.3f MB read",
+                    (unsigned long long)sc.chunks, (unsigned long long)sc.lookups, (unsigned long long)sc.hits,
+                    (unsigned long long)sc.ahead, (unsigned long long)sc.misses, (unsigned long long)sc.reads,
+                    (double)sc.bytes / 1e6);
         fputc('\n', out);
     }
 }
@@ -561,13 +589,24 @@ void engine_route_report_json(const engine *eng, FILE *out, const char *indent)
         fprintf(out, "%s\n%s  \"%s\": {\"arm\": \"%s\", \"blocks\": %llu, \"rows\": %llu, \"rows_biased\": %llu, "
                 "\"slots_changed\": %llu, \"slots_changed_resident\": %llu, \"lookups\": %llu, \"lookups_exact\": %llu, "
                 "\"masked_blocks\": %llu, \"masked_lookups\": %llu, \"masked_resident\": %llu, "
-                "\"masked_lookups_exact\": %llu, \"masked_resident_exact\": %llu}",
+                "\"masked_lookups_exact\": %llu, \"masked_resident_exact\": %llu, \"stream\": ",
                 id ? "," : "", indent, route_arm_name(id), arm, (unsigned long long)c->blocks,
                 (unsigned long long)c->rows, (unsigned long long)c->rows_biased, (unsigned long long)c->slots_changed,
                 (unsigned long long)c->slots_changed_resident, (unsigned long long)c->lookups,
                 (unsigned long long)c->lookups_exact, (unsigned long long)c->masked_blocks,
                 (unsigned long long)c->masked_lookups, (unsigned long long)c->masked_resident,
                 (unsigned long long)c->masked_lookups_exact, (unsigned long long)c->masked_resident_exact);
+        engine_stream_counters sc;
+        if (engine_route_stream_counters_get(eng, id, &sc) == 0)
+            fprintf(out, "{\"chunks\": %llu, \"rows\": %llu, \"lookups\": %llu, \"hits\": %llu, \"ahead\": %llu, "
+                    "\"misses\": %llu, \"streamed_in\": %llu, \"reads\": %llu, \"bytes\": %llu, "
+                    "\"host_ms\": %.3f, \"wait_ms\": %.3f}}",
+                    (unsigned long long)sc.chunks, (unsigned long long)sc.rows, (unsigned long long)sc.lookups,
+                    (unsigned long long)sc.hits, (unsigned long long)sc.ahead, (unsigned long long)sc.misses,
+                    (unsigned long long)sc.streamed_in, (unsigned long long)sc.reads, (unsigned long long)sc.bytes,
+                    sc.host_ms, sc.wait_ms);
+        else
+            fputs("null}", out);
     }
     fprintf(out, "\n%s}}", indent);
 }

@@ -159,6 +159,8 @@ typedef struct session_stats {
     uint64_t expert_bytes;          /* weight bytes of those experts (gate+up+down) */
     uint64_t dense_bytes;           /* other weight bytes read (attention, router,
                                        norms, embedding rows, head where it ran) */
+    double   expert_ms;             /* wall time of the routed-expert matmul jobs
+                                       (waits for expert reads included) */
 } session_stats;
 void session_stats_get(const session *s, int phase, session_stats *out);
 
@@ -251,10 +253,19 @@ typedef struct engine_route_counters {
 } engine_route_counters;
 /* ERR_USAGE for a bad arm. */
 int  engine_route_counters_get(const engine *eng, int arm, engine_route_counters *out);
-/* One human line per arm that routed something (--trace). */
+/* The expert-stream counters of the chunks an arm routed (the first chunk
+ * of each prompt evaluation, its later chunks, decode tokens): hits, misses,
+ * bytes ... as engine_stream_counters_get gives per phase; the prompt phase
+ * is the sum of the first two arms. Reads are attributed to the chunk in
+ * which they completed. ERR_USAGE when not streaming or for a bad arm. */
+int  engine_route_stream_counters_get(const engine *eng, int arm, engine_stream_counters *out);
+/* One human line per arm that routed something (--trace); when streaming it
+ * ends with the arm's store counters ("; store: ..."). */
 void engine_route_trace(const engine *eng, FILE *out);
 /* {"policy": "...", "reads_residency": b, "arms": {"prompt.chunk0": {...}, ...}};
- * `indent` prefixes its lines after the first. */
+ * each arm also has "stream": its store counters (chunks, rows, lookups,
+ * hits, ahead, misses, streamed_in, reads, bytes, host_ms, wait_ms), or
+ * null when not streaming. `indent` prefixes its lines after the first. */
 void engine_route_report_json(const engine *eng, FILE *out, const char *indent);
 
 /* ==== Sampling (llama.cpp's sampler chain semantics) ====

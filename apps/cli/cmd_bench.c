@@ -29,7 +29,9 @@
  *           (session_stats expert_lookups / expert_lookups_uniform); pp only
  * -o json and -o csv also carry the samples, the bytes per token, the routed
  * expert matmul rate (2 x 3 x n_embd x n_ff_exp ops per routed row-slot,
- * whatever the weight type) and the stream counters.
+ * whatever the weight type) over the whole evaluation (expert_gops) and over
+ * the routed-expert jobs alone (expert_matmul_gops, with their share of the
+ * time in expert_time_fraction), and the stream counters.
  *
  * Exit codes: 0 ok, 1 runtime error (model, evaluation), 2 usage. */
 #include <math.h>
@@ -391,6 +393,7 @@ static const field k_fields[] = {
     { "expert_bytes_per_token", 'f' }, { "dense_bytes_per_token", 'f' },
     { "chunks", 'i' }, { "expert_lookups_per_chunk", 'f' }, { "expert_lookups_uniform_per_chunk", 'f' },
     { "expert_lookups_ratio", 'f' }, { "expert_ops_per_token", 'f' }, { "expert_gops", 'f' },
+    { "expert_time_fraction", 'f' }, { "expert_matmul_gops", 'f' },
     { "stream_bytes_per_token", 'n' }, { "stream_mb_per_token", 'n' }, { "stream_hits", 'n' },
     { "stream_misses", 'n' }, { "stream_ahead", 'n' }, { "stream_wait_ms", 'n' },
 };
@@ -435,6 +438,9 @@ static int field_value(const row *r, int i, char *b, size_t cap)
     if (!strcmp(n, "expert_lookups_ratio")) F(ratio((double)r->st.expert_lookups, r->st.expert_lookups_uniform));
     if (!strcmp(n, "expert_ops_per_token")) F(ratio(expert_ops(r), rows));
     if (!strcmp(n, "expert_gops")) F(ratio(expert_ops(r), r->total_s) / 1e9);
+    /* the routed-expert jobs alone: their share of the time and their rate */
+    if (!strcmp(n, "expert_time_fraction")) F(ratio(r->st.expert_ms / 1e3, r->total_s));
+    if (!strcmp(n, "expert_matmul_gops")) F(ratio(expert_ops(r), r->st.expert_ms / 1e3) / 1e9);
     if (!strcmp(n, "stream_bytes_per_token")) STREAM_F(ratio((double)r->sc.bytes, (double)r->sc.rows));
     if (!strcmp(n, "stream_mb_per_token")) STREAM_F(ratio((double)r->sc.bytes, (double)r->sc.rows) / 1e6);
     if (!strcmp(n, "stream_hits")) STREAM_I(r->sc.hits);
@@ -502,6 +508,7 @@ static void stats_sub(session_stats *acc, const session_stats *a, const session_
     acc->expert_lookups_uniform += a->expert_lookups_uniform - b->expert_lookups_uniform;
     acc->expert_bytes += a->expert_bytes - b->expert_bytes;
     acc->dense_bytes += a->dense_bytes - b->dense_bytes;
+    acc->expert_ms += a->expert_ms - b->expert_ms;
 }
 
 static void counters_sub(engine_stream_counters *acc, const engine_stream_counters *a,

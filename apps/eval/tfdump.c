@@ -17,7 +17,9 @@
  *
  * Evaluation: one session from position 0; the prompt less its last token
  * without logits, then that token and every target but the last with all
- * rows' logits: row i predicts target i. The dump layout is in eval.h.
+ * rows' logits: row i predicts target i (--decode: that token and the
+ * targets one call of one token each, the decode phase; the same positions
+ * and logits up to the decode path's rounding). The dump layout is in eval.h.
  * The routing configuration recorded is the engine's effective policy
  * (engine_route_describe: "exact" by default, --route / STRATA_ROUTE
  * otherwise), marked " (reads residency)" when its results depend on the
@@ -55,6 +57,8 @@ static void usage(FILE *out)
             "  -o, --output DUMP         dump to write\n"
             "  --eval N                  use only the first N evaluation tokens\n"
             "  --no-parse-special        treat special-token text in the corpus as plain text\n"
+            "  --decode                  feed the last prompt token and the targets one token at a\n"
+            "                            time (the decode phase and its routing arm), not in one call\n"
             "  -c, --ctx-size N          context size (default: the corpus's length)\n"
             "  -h, --help                this help\n");
     eval_engine_flags_help(out);
@@ -210,7 +214,7 @@ int cmd_tfdump(int argc, char **argv)
     memset(&eo, 0, sizeof eo);
     const char *model = NULL, *corpus = NULL, *outp = NULL;
     long long n_eval_max = -1, n_ctx_arg = 0;
-    int parse_special = 1;
+    int parse_special = 1, decode = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v;
@@ -219,6 +223,7 @@ int cmd_tfdump(int argc, char **argv)
         if (r > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return CLI_OK; }
         else if (!strcmp(a, "--no-parse-special")) parse_special = 0;
+        else if (!strcmp(a, "--decode")) decode = 1;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(model = cli_value(k_cmd, argc, argv, &i))) return CLI_USAGE; }
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!(corpus = cli_value(k_cmd, argc, argv, &i))) return CLI_USAGE; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { if (!(outp = cli_value(k_cmd, argc, argv, &i))) return CLI_USAGE; }
@@ -290,8 +295,13 @@ int cmd_tfdump(int argc, char **argv)
     const int32_t n_vocab = engine_n_vocab(eng);
     logits = malloc(sizeof *logits * n_eval * (size_t)n_vocab);
     if (!logits) { cli_fail(k_cmd, CLI_ERR, "out of memory"); goto done; }
-    if ((n_prompt > 1 && session_eval(s, tok.v, (int)(n_prompt - 1), NULL, NULL, &e)) ||
-        session_eval(s, tok.v + n_prompt - 1, (int)n_eval, NULL, logits, &e)) {
+    /* --decode: the same positions, one session_eval of one token each (the
+     * decode phase: what a decode routing arm sees under teacher forcing) */
+    int ev = n_prompt > 1 ? session_eval(s, tok.v, (int)(n_prompt - 1), NULL, NULL, &e) : 0;
+    if (!ev && !decode) ev = session_eval(s, tok.v + n_prompt - 1, (int)n_eval, NULL, logits, &e);
+    for (size_t i = 0; !ev && decode && i < n_eval; i++)
+        ev = session_eval(s, tok.v + n_prompt - 1 + i, 1, logits + i * (size_t)n_vocab, NULL, &e);
+    if (ev) {
         cli_fail(k_cmd, CLI_ERR, "evaluation failed: %s", e.msg);
         goto done;
     }

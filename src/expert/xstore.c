@@ -62,6 +62,8 @@ typedef struct sclass {
 
 typedef struct chunk_rec {
     int             phase;
+    int             index;        /* within its evaluation call */
+    int             arm;          /* enum xstore_arm */
     xstore_counters c;
 } chunk_rec;
 
@@ -114,11 +116,12 @@ struct xstore {
         int      n;
     } pred[2];
     /* counters */
-    int             in_chunk, cur_phase, cur_rows;
+    int             in_chunk, cur_phase, cur_rows, cur_index, cur_arm;
     double          chunk_t0;
     xio_stats       io0;
     xstore_counters cur;
     xstore_counters phase[XSTORE_N_PHASES];
+    xstore_counters arm[XSTORE_N_ARMS];
     uint64_t       *layer_lookups[XSTORE_N_PHASES];
     chunk_rec      *chunks;
     int             n_chunks, max_chunks;
@@ -914,12 +917,30 @@ static void add_counters(xstore_counters *a, const xstore_counters *b)
     a->host_ms += b->host_ms; a->wait_ms += b->wait_ms;
 }
 
+const char *xstore_arm_name(int arm)
+{
+    switch (arm) {
+    case XSTORE_ARM_CHUNK0: return "prompt.chunk0";
+    case XSTORE_ARM_PROMPT: return "prompt";
+    case XSTORE_ARM_DECODE: return "decode";
+    default: return "?";
+    }
+}
+
 void xstore_chunk_begin(xstore *s, int phase, int n_rows)
+{
+    xstore_chunk_begin_at(s, phase, 0, n_rows);
+}
+
+void xstore_chunk_begin_at(xstore *s, int phase, int index, int n_rows)
 {
     if (s->in_chunk) xstore_chunk_end(s);
     pthread_mutex_lock(&s->mu);
     memset(&s->cur, 0, sizeof s->cur);
     s->cur_phase = phase == XSTORE_DECODE ? XSTORE_DECODE : XSTORE_PROMPT;
+    s->cur_index = index > 0 ? index : 0;
+    s->cur_arm = s->cur_phase == XSTORE_DECODE ? XSTORE_ARM_DECODE
+               : s->cur_index == 0             ? XSTORE_ARM_CHUNK0 : XSTORE_ARM_PROMPT;
     s->cur_rows = n_rows;
     s->in_chunk = 1;
     s->visit_layer = -1;
@@ -954,7 +975,9 @@ void xstore_chunk_end(xstore *s)
     s->cur.chunks = 1;
     s->cur.rows = (uint64_t)s->cur_rows;
     add_counters(&s->phase[s->cur_phase], &s->cur);
-    if (s->n_chunks < s->max_chunks) s->chunks[s->n_chunks++] = (chunk_rec){ s->cur_phase, s->cur };
+    add_counters(&s->arm[s->cur_arm], &s->cur);
+    if (s->n_chunks < s->max_chunks)
+        s->chunks[s->n_chunks++] = (chunk_rec){ s->cur_phase, s->cur_index, s->cur_arm, s->cur };
     else s->chunks_dropped++;
     s->in_chunk = 0;
     s->visit_layer = -1;
@@ -1037,7 +1060,21 @@ const uint64_t *xstore_phase_layer_lookups(const xstore *s, int phase)
     return phase >= 0 && phase < XSTORE_N_PHASES ? s->layer_lookups[phase] : NULL;
 }
 
+void xstore_arm_counters(const xstore *s, int arm, xstore_counters *out)
+{
+    if (arm < 0 || arm >= XSTORE_N_ARMS) { memset(out, 0, sizeof *out); return; }
+    *out = s->arm[arm];
+}
+
 int xstore_n_chunks(const xstore *s) { return s->n_chunks; }
+
+int xstore_chunk_arm(const xstore *s, int i, int *index, int *arm)
+{
+    if (i < 0 || i >= s->n_chunks) return ERR_RANGE;
+    if (index) *index = s->chunks[i].index;
+    if (arm) *arm = s->chunks[i].arm;
+    return 0;
+}
 
 int xstore_chunk(const xstore *s, int i, int *phase, xstore_counters *out)
 {
@@ -1214,10 +1251,17 @@ void xstore_report_json(const xstore *s, FILE *f, const char *in)
         for (int l = 0; l < s->n_layer; l++) fprintf(f, "%s%" PRIu64, l ? ", " : "", s->layer_lookups[ph][l]);
         fprintf(f, "]}");
     }
+    fprintf(f, "\n%s  },\n%s  \"arms\": {", in, in);
+    for (int a = 0; a < XSTORE_N_ARMS; a++) {
+        fprintf(f, "%s\n%s    \"%s\": {", a ? "," : "", in, xstore_arm_name(a));
+        json_counters(f, &s->arm[a], s->n_layer);
+        fputc('}', f);
+    }
     fprintf(f, "\n%s  },\n%s  \"chunks_dropped\": %" PRIu64 ",\n%s  \"chunks\": [", in, in, s->chunks_dropped, in);
     for (int i = 0; i < s->n_chunks; i++) {
-        fprintf(f, "%s\n%s    {\"phase\": \"%s\", ", i ? "," : "", in,
-                s->chunks[i].phase == XSTORE_PROMPT ? "prompt" : "decode");
+        fprintf(f, "%s\n%s    {\"phase\": \"%s\", \"index\": %d, \"arm\": \"%s\", ", i ? "," : "", in,
+                s->chunks[i].phase == XSTORE_PROMPT ? "prompt" : "decode", s->chunks[i].index,
+                xstore_arm_name(s->chunks[i].arm));
         json_counters(f, &s->chunks[i].c, s->n_layer);
         fputc('}', f);
     }

@@ -55,10 +55,13 @@
  * end. Failed and empty slots go first.
  *
  * ==== Counters ====
- * Per phase (prompt, decode) and per chunk (xstore_chunk_begin/end), kept
- * for the whole life of the store; see xstore_counters. Reads and bytes are
- * the I/O engine's (every operation, continuations included), attributed to
- * the chunk in which they completed.
+ * Per phase (prompt, decode), per routing arm (the first chunk of a prompt,
+ * its later chunks, decode: xstore_chunk_begin_at's index) and per chunk
+ * (xstore_chunk_begin/end), kept for the whole life of the store; see
+ * xstore_counters. Reads and bytes are the I/O engine's (every operation,
+ * continuations included), attributed to the chunk in which they completed
+ * (a read-ahead submitted at the end of one chunk and finished in the next
+ * counts in the next, and so in its arm).
  *
  * Thread-safety: one coordinating thread calls everything except
  * expert_src_get, which any thread may call between begin_layer/wait_layer
@@ -96,6 +99,10 @@ void xstore_layout_from_xlayout(xstore_layout *out, const xlayout *x);
 
 enum xstore_evict { XSTORE_EVICT_LRU = 0, XSTORE_EVICT_LFU = 1 };
 enum xstore_phase { XSTORE_PROMPT = 0, XSTORE_DECODE = 1, XSTORE_N_PHASES = 2 };
+/* Routing arms of a chunk, numbered as route/route.h's route_arm_id (the
+ * store does not depend on the routing module): prompt chunk 0, later
+ * prompt chunks, decode. */
+enum xstore_arm { XSTORE_ARM_CHUNK0 = 0, XSTORE_ARM_PROMPT = 1, XSTORE_ARM_DECODE = 2, XSTORE_N_ARMS = 3 };
 
 typedef struct xstore_opts {
     uint64_t arena_bytes;    /* slot memory; 0: streaming buffers only */
@@ -130,9 +137,18 @@ int xstore_plan(const xstore_layout *lay, const xstore_opts *o, uint64_t *arena_
 
 /* ==== Chunks and phases ==== */
 /* Bracket one forward chunk of n_rows rows (a prompt chunk or one decoded
- * token). Counters between the calls go to that chunk and its phase. */
+ * token). Counters between the calls go to that chunk, its phase and its
+ * arm. xstore_chunk_begin_at also takes the chunk's index within its
+ * evaluation call (session_eval: 0 for the first chunk): the arm is
+ * XSTORE_ARM_DECODE for phase XSTORE_DECODE, else XSTORE_ARM_CHUNK0 for
+ * index 0 and XSTORE_ARM_PROMPT for index > 0 (what route_arm_for gives).
+ * xstore_chunk_begin(s, phase, n) is xstore_chunk_begin_at(s, phase, 0, n):
+ * each of its prompt chunks counts as the first of its call. */
 void xstore_chunk_begin(xstore *s, int phase, int n_rows);
+void xstore_chunk_begin_at(xstore *s, int phase, int index, int n_rows);
 void xstore_chunk_end(xstore *s);
+/* "prompt.chunk0", "prompt", "decode" (route_arm_name's words); "?" otherwise. */
+const char *xstore_arm_name(int arm);
 
 /* ==== Warm fill ==== */
 /* Fill empty slots from a ranked list of n (layer, expert) pairs (pairs[2i],
@@ -171,9 +187,14 @@ typedef struct xstore_counters {
 void xstore_phase_counters(const xstore *s, int phase, xstore_counters *out);
 /* Lookups of each layer in a phase: n_layer values (borrowed). */
 const uint64_t *xstore_phase_layer_lookups(const xstore *s, int phase);
+/* Totals of an arm (enum xstore_arm; zeros for another value). */
+void xstore_arm_counters(const xstore *s, int arm, xstore_counters *out);
 /* Recorded chunks, in order; chunk i's phase and counters. */
 int  xstore_n_chunks(const xstore *s);
 int  xstore_chunk(const xstore *s, int i, int *phase, xstore_counters *out);
+/* Chunk i's index within its call and its arm (ERR_RANGE for a bad i;
+ * either pointer may be NULL). */
+int  xstore_chunk_arm(const xstore *s, int i, int *index, int *arm);
 
 /* ==== Facts and reports ==== */
 uint64_t xstore_arena_bytes(const xstore *s);
@@ -192,7 +213,9 @@ int  xstore_init_line(const xstore *s, char *buf, size_t cap);
  * bandwidth and read-ahead accuracy). */
 void xstore_trace(const xstore *s, FILE *out);
 /* A JSON object: configuration, warm fill, phases (with per-layer
- * lookups) and chunks. `indent` prefixes every line after the first. */
+ * lookups), arms ("prompt.chunk0", "prompt", "decode": the phase counters
+ * without per-layer lookups) and chunks (each with its "index" within its
+ * call and its "arm"). `indent` prefixes every line after the first. */
 void xstore_report_json(const xstore *s, FILE *out, const char *indent);
 
 /* ==== Tests ==== */

@@ -22,6 +22,7 @@
 
 #include "model/ops.h"
 #include "util/fp16.h"
+#include "util/timer.h"
 
 /* ==== Scratch ==== */
 
@@ -764,7 +765,9 @@ static int moe(const qwen3moe *m, const layer_weights *lw, qwen3moe_scratch *s, 
         j->n_gu = n_gu; j->n_dn = n_dn; j->n_items = (long)k * (n_gu + n_dn);
         atomic_store_explicit(&j->next, 0, memory_order_relaxed);
         atomic_store_explicit(&j->failed, 0, memory_order_relaxed);
+        const double t0 = timer_ms();
         tpool_run(pool, moe_fn, j);
+        s->stats[s->chunk.phase & 1].expert_ms += timer_ms() - t0;
         expert_src_end_layer(m->xs, layer);
         if (atomic_load(&j->failed)) {
             err_setf(e, j->fail_rc, "%s", j->fail_err.msg);

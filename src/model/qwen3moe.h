@@ -95,6 +95,8 @@ typedef struct qwen3moe_stats {
     uint64_t expert_bytes;        /* lookups x that layer's gate+up+down bytes per expert */
     uint64_t dense_bytes;         /* other weight bytes read: attention, router, norms,
                                      embedding rows, the head where it ran */
+    double   expert_ms;           /* wall time of the routed-expert jobs (gather, gate/up,
+                                     SwiGLU, down; waits for expert reads included) */
 } qwen3moe_stats;
 
 /* Buffers for chunks of up to n_batch rows with up to n_ctx positions on a

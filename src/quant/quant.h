@@ -73,14 +73,42 @@ typedef struct quant_ops {
 /* y[c * ldy + r] = ops->dot(n, w + r * wstride, a + c * astride) for
  * r < nw, c < na: ops->gemm when there is one, else the plain loop (the
  * scalar reference of every gemm kernel). */
-static inline void quant_gemm(const quant_ops *ops, int64_t n, const void *w, size_t wstride, int nw,
-                              const void *a, size_t astride, int na, float *y, size_t ldy)
+static inline void quant_gemm_block(const quant_ops *ops, int64_t n, const void *w, size_t wstride, int nw,
+                                    const void *a, size_t astride, int na, float *y, size_t ldy)
 {
     if (ops->gemm) { ops->gemm(n, w, wstride, nw, a, astride, na, y, ldy); return; }
     for (int r = 0; r < nw; r++) {
         const void *wr = (const unsigned char *)w + (size_t)r * wstride;
         for (int c = 0; c < na; c++)
             y[(size_t)c * ldy + (size_t)r] = ops->dot(n, wr, (const unsigned char *)a + (size_t)c * astride);
+    }
+}
+
+/* Weight rows per step of a one-row product (decode), and how far ahead it
+ * prefetches: the kernels compute faster than DRAM delivers a single
+ * stream, and a row of a few KB is too short for the hardware prefetcher
+ * to run ahead across rows; prefetching the next QUANT_PF_ROWS rows into
+ * L2 (locality hint 1) while computing these measured about 1.5x on one
+ * thread (4.4-5.4 -> 7.1-7.8 GB/s; hint 3, into L1: 6.5-7.2; Q4_K,
+ * 2048-wide rows, 512 MB of weights streamed from DRAM). */
+#define QUANT_PF_ROWS 4
+
+/* quant_gemm_block, with software prefetch of the weights when there is
+ * one activation row (decode: the product is a stream over the weights).
+ * The results are the same bits either way. */
+static inline void quant_gemm(const quant_ops *ops, int64_t n, const void *w, size_t wstride, int nw,
+                              const void *a, size_t astride, int na, float *y, size_t ldy)
+{
+    if (na > 1 || nw <= QUANT_PF_ROWS) { quant_gemm_block(ops, n, w, wstride, nw, a, astride, na, y, ldy); return; }
+    const unsigned char *wb = (const unsigned char *)w;
+    for (int r0 = 0; r0 < nw; r0 += QUANT_PF_ROWS) {
+        const int nb = nw - r0 < QUANT_PF_ROWS ? nw - r0 : QUANT_PF_ROWS;
+        const int ahead = nw - r0 - nb < QUANT_PF_ROWS ? nw - r0 - nb : QUANT_PF_ROWS;
+        for (int r = 0; r < ahead; r++) {
+            const unsigned char *p = wb + (size_t)(r0 + nb + r) * wstride;
+            for (size_t o = 0; o < wstride; o += 64) __builtin_prefetch(p + o, 0, 1);   /* to L2: no L1 fill buffers held */
+        }
+        quant_gemm_block(ops, n, wb + (size_t)r0 * wstride, wstride, nb, a, astride, 1, y + r0, ldy);
     }
 }
 

@@ -85,6 +85,7 @@ void session_stats_get(const session *s, int phase, session_stats *out)
     out->expert_lookups_uniform = st.expert_lookups_uniform;
     out->expert_bytes = st.expert_bytes;
     out->dense_bytes = st.dense_bytes;
+    out->expert_ms = st.expert_ms;
 }
 
 uint64_t session_bytes(const session *s)
@@ -118,7 +119,8 @@ int session_eval(session *s, const int32_t *ids, int n, float *logits_out, float
         else if (logits_out && last) { n_out = 1; dst = logits_out; }
         const qwen3moe_chunk ck = { phase, off / env->n_batch, n - off - nb };
         qwen3moe_scratch_set_chunk(s->scratch, &ck);
-        if (env->store) xstore_chunk_begin(env->store, phase, nb);
+        /* the chunk's index gives the store its routing arm (per-arm counters) */
+        if (env->store) xstore_chunk_begin_at(env->store, phase, ck.index, nb);
         rc = qwen3moe_forward(&env->model, &s->kv, s->scratch, ids + off, nb, pos, n_out, dst, e);
         if (env->store) xstore_chunk_end(env->store);
         if (rc) return rc;   /* n_past unchanged: the partial chunks are simply not counted */

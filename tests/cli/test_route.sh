@@ -129,7 +129,24 @@ d = r["arms"]["decode"]
 assert d["rows"] == d["blocks"] == d["rows_biased"] > 0 and d["masked_blocks"] == d["blocks"]
 assert r["arms"]["prompt.chunk0"]["rows_biased"] == 0
 ' "$tmp/b.json"
+    # per-arm store counters (issue 7 item 4): the arms split the phases exactly
+    check "report: per-arm store counters add up to the phases" python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+arms, st = j["route"]["arms"], j["stream"]
+for f in ("chunks", "rows", "lookups", "hits", "ahead", "misses", "reads", "bytes"):
+    c0, pr, de = (arms[a]["stream"][f] for a in ("prompt.chunk0", "prompt", "decode"))
+    assert c0 + pr == st["phases"]["prompt"][f], f
+    assert de == st["phases"]["decode"][f], f
+    for a in arms:
+        assert st["arms"][a][f] == arms[a]["stream"][f], (a, f)
+assert arms["prompt.chunk0"]["stream"]["chunks"] == 1 and arms["prompt"]["stream"]["chunks"] >= 1
+assert arms["decode"]["stream"]["chunks"] == 15
+for c in st["chunks"]:
+    assert c["arm"] == ("decode" if c["phase"] == "decode" else "prompt.chunk0" if c["index"] == 0 else "prompt"), c
+' "$tmp/b.json"
 fi
+check "trace: per-arm store counters" has "$tmp/err" "^route decode=.*; store: 15 chunks, [0-9]* lookups, in the arena [0-9]*, streamed ahead [0-9]*, missed [0-9]*, [0-9]* reads, [0-9.]* MB read$"
 # resident (mmap): every expert resident, a bias lifts them all alike
 exits 0 "biased run, all resident" $STRATA run -m "$S" --temp 0 -t 2 -p "$P" -n 12 --ignore-eos --route "$BIAS"
 check "all-resident biased run says it depends on residency" has "$tmp/err" "depends on expert residency"
