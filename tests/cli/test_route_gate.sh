@@ -12,7 +12,7 @@
 #   - the parsers of the tools' outputs (routelib.py) on real and on canned
 #     taskeval --compare text, the one-sided sign test, a malformed output;
 #   - a bad spec is a usage error (exit 2).
-# Prints "route gate: N passed, N failed". Env: STRATA, PYTHON.
+# Prints "route_gate: N passed, N failed". Env: STRATA, PYTHON.
 STRATA=${STRATA:-build/strata}
 PYTHON=${PYTHON:-/usr/bin/python3}
 [ -x "$PYTHON" ] || PYTHON=python3
@@ -27,7 +27,7 @@ has() { grep -q -- "$2" "$1"; }
 
 M=$tmp/skew.gguf
 $STRATA mkmodel --preset small --layers 3 --experts 16 --embd 128 --ff-exp 64 --route-skew 1.0 --seed 4 -q \
-    -o "$M" >/dev/null 2>&1 || { echo "route gate: 0 passed, 1 failed"; exit 1; }
+    -o "$M" >/dev/null 2>&1 || { echo "route_gate: 0 passed, 1 failed"; exit 1; }
 GATE="bench/route/gate.sh"
 Q="--quick --cases tests/eval/taskeval_cases.jsonl --every 1 --n-predict 8 --gen 8"
 export STRATA PYTHON GATE_QUIET=1
@@ -99,5 +99,5 @@ check "bad spec: the route error is shown" has "$tmp/err" "bias needs bonus=X"
 timeout 30 $GATE "$M" exact --bogus >"$tmp/out" 2>"$tmp/err"
 check "unknown option: exit 2" test $? -eq 2
 
-echo "route gate: $passed passed, $failed failed"
+echo "route_gate: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
