@@ -4,6 +4,7 @@
 # build/prebuilt/test_cuda_static: same source, cudart linked statically),
 # then the correctness suite, the bench and a memcheck pass. Logs go to
 # $OUT (or ./device-out). Usage: sh tests/cuda/device_run.sh
+# (MV_MODES="tile direct" sh tests/cuda/device_run.sh adds the A/B bench)
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv >"$OUT/smi.txt" 2>&1

@@ -15,8 +15,13 @@
  *     (cuda_qdot.cuh), integer dot products with dp4a, float scaling per
  *     item, then a shuffle reduction.
  * Several CTAs per SM (~20-30 KB of shared memory each) keep ~100+ KB of
- * loads in flight per SM, what HBM3e needs at this latency. */
+ * loads in flight per SM, what HBM3e needs at this latency.
+ * A second, direct kernel (k_matvec_direct, below) takes rows of fewer
+ * than 32 items (Q4_K K = 768), where a warp per row idles lanes; the
+ * H200 A/B (bench/RESULTS.md, issue 9) chose the kernel per shape. */
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_qdot.cuh"
 
@@ -227,6 +232,108 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
     }
 }
 
+/* ---- direct matvec (the default) ----
+ * No weight staging: a one-pass stream gains nothing from a trip through
+ * shared memory, and the tile kernel above waits for its whole tile before
+ * computing. Here the lanes load their items straight from global memory
+ * (Q4_K: 16-byte loads of the nibbles, coalesced across the lanes of a
+ * row; the block header is an L1 hit shared by the block's 8 lanes).
+ *   - a row is taken by S = 2^lg_s lanes (the smallest S with S * MVD_U >=
+ *     items per row, at most 32), so a warp computes 32 / S rows at once:
+ *     K = 768 Q4_K rows (24 items) use 8 lanes, 4 rows a warp, instead of
+ *     leaving a quarter of the warp idle; the reduction is lg_s shuffles
+ *     inside each group of S lanes;
+ *   - each lane's MVD_U items of a pass are unrolled, so their loads are
+ *     all issued before the first dp4a (up to 64 bytes a lane in flight);
+ *   - CTAs of MVD_WARPS warps, a few KB of shared memory (the unpacked
+ *     activation row only), so up to 4 CTAs (32 warps) per SM keep ~64 KB
+ *     of loads in flight per SM;
+ *   - before unpacking the activation, the CTA asks L2 to prefetch its
+ *     row tile (one prefetch.global.L2 per 128-byte line, no registers), so
+ *     HBM is busy during the unpack and __syncthreads.
+ * Measured on the H200 it beats the tile kernel on Q4_K K = 768 rows
+ * (44% vs 35% of the read probe) but loses on K = 2048 Q4_K (46% vs 48%),
+ * the Q6_K head (42% vs 50%) and Q8_0 (60% vs 63%), so cuda_matvec_batch
+ * uses it only for rows of fewer than 32 items. A variant with 8 items a
+ * lane (2 CTAs an SM) and one without the prefetch were slower still. 
+ * Item order and float sums per lane are fixed (u ascending, then the
+ * shuffle tree): results are deterministic run to run. */
+#define MVD_WARPS 8
+#define MVD_U 4
+
+/* grid: (ceil(rows / R), n_batch); block: 32 * MVD_WARPS threads. R is a
+ * multiple of MVD_WARPS * (32 >> lg_s) (rows of one pass of the CTA). */
+template <int QT>
+__global__ void __launch_bounds__(32 * MVD_WARPS, 4)
+k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
+                int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, float *__restrict__ y,
+                size_t y_stride)
+{
+    typedef mv_traits<QT> T;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int nb = k / T::BE, rb = nb * T::BB, nit = nb * T::IPB;
+    const int b = blockIdx.y;
+    const int mat = ids ? ids[b] : b;
+    const int r0 = blockIdx.x * R;
+    const int nr = min(R, rows - r0);
+    const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
+
+    {
+        /* L2 prefetch of the tile: lines that hold a byte of
+         * [g, g + nr * rb), never past it */
+        const uintptr_t a0 = (uintptr_t)g & ~(uintptr_t)127, a1 = (uintptr_t)g + (size_t)nr * rb;
+        for (uintptr_t a = a0 + 128 * (uintptr_t)threadIdx.x; a < a1; a += 128 * (uintptr_t)blockDim.x)
+            asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a < (uintptr_t)g ? (uintptr_t)g : a));
+    }
+
+    int8_t *sxq = (int8_t *)smem;
+    float *sxd = (float *)(smem + k);
+    int16_t *sxbs = (int16_t *)(smem + k + 4 * nb);
+    const uint8_t *gx = xq + (size_t)b * x_stride;
+    if (T::KQ) {
+        for (int w = threadIdx.x; w < nb * 73; w += blockDim.x) qd_unpack_q8_K(gx, w, sxq, sxd, sxbs);
+    } else {
+        for (int w = threadIdx.x; w < nb * 17; w += blockDim.x) qd_unpack_q8_0(gx, w, sxq, sxd);
+    }
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int S = 1 << lg_s, sl = lane & (S - 1), rpw = 32 >> lg_s;
+    /* the loop bound is warp-uniform (base), so every lane reaches the shuffles */
+    for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
+        const int i = base + (lane >> lg_s);
+        const bool ok = i < nr;
+        /* branch-free body: a lane past the last row or item recomputes a
+         * valid one (row nr - 1, item nit - 1: lines other lanes load
+         * anyway, no extra HBM traffic) and adds 0 instead, so the MVD_U
+         * items' loads can all be scheduled ahead of the arithmetic */
+        const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
+        float acc = 0.f;
+        for (int c = 0; c < nit; c += S * MVD_U) {
+#pragma unroll
+            for (int u = 0; u < MVD_U; u++) {
+                const int it = c + sl + S * u;
+                const float v = mv_item<QT>(wrow, sxq, sxd, sxbs, min(it, nit - 1));
+                acc += it < nit ? v : 0.f;
+            }
+        }
+        for (int o = S >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (ok && sl == 0) y[(size_t)b * y_stride + r0 + i] = acc;
+    }
+}
+
+template <int QT>
+static int mvd_attr(int lim, err *e)
+{
+    return cuda_fail(e, cudaFuncSetAttribute(k_matvec_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
+                     "matvec smem attribute");
+}
+
+/* Which matvec cuda_matvec_batch launches is chosen by shape alone: the
+ * direct kernel for rows of fewer than 32 items (Q4_K K = 768), the tile
+ * kernel otherwise: what measured faster on the H200 (bench/RESULTS.md,
+ * issue 9, where the A/B build that forced either kernel is described). */
+
 int cuda_matvec_init(cuda_ctx *c, err *e)
 {
     const int lim = (int)c->info.smem_per_block_optin;
@@ -236,7 +343,8 @@ int cuda_matvec_init(cuda_ctx *c, err *e)
         (r = cuda_fail(e, cudaFuncSetAttribute(k_matvec<QTYPE_Q6_K>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
                        "matvec smem attribute")) ||
         (r = cuda_fail(e, cudaFuncSetAttribute(k_matvec<QTYPE_Q8_0>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
-                       "matvec smem attribute")))
+                       "matvec smem attribute")) ||
+        (r = mvd_attr<QTYPE_Q4_K>(lim, e)) || (r = mvd_attr<QTYPE_Q6_K>(lim, e)) || (r = mvd_attr<QTYPE_Q8_0>(lim, e)))
         return r;
     return 0;
 }
@@ -261,6 +369,39 @@ extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     const int k = (int)a->k, rows = (int)a->rows;
     const int rb = k / be * bb;
     const size_t act = mv_act_bytes(k, be);
+    const int ipb = a->wtype == QTYPE_Q4_K ? QD_Q4K_ITEMS : a->wtype == QTYPE_Q6_K ? QD_Q6K_ITEMS : QD_Q80_ITEMS;
+    const int64_t nit = (int64_t)(k / be) * ipb;
+    if (nit < 32) {
+        if (act > c->info.smem_per_block_optin)
+            return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, act);
+        int lg_s = 0;
+        while (lg_s < 5 && ((int64_t)MVD_U << lg_s) < nit) lg_s++;
+        /* R: one CTA pass of rows, doubled while the tile stays <= 32 KB
+         * (amortizes the activation unpack) and the grid still has >= 4
+         * CTAs per SM */
+        const int rpi = MVD_WARPS * (32 >> lg_s);
+        int R = rpi;
+        while (R < 256 && (int64_t)2 * R * rb <= 32768 &&
+               (int64_t)((rows + 2 * R - 1) / (2 * R)) * a->n_batch >= 4 * (int64_t)c->info.sm_count)
+            R *= 2;
+        const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_batch);
+        const uint8_t *w = (const uint8_t *)a->w, *xq = (const uint8_t *)a->xq;
+        switch (a->wtype) {
+        case QTYPE_Q4_K:
+            k_matvec_direct<QTYPE_Q4_K><<<grid, 32 * MVD_WARPS, act, c->stream>>>(
+                w, a->w_stride, a->ids, rows, k, R, lg_s, xq, a->x_stride, a->y, a->y_stride);
+            break;
+        case QTYPE_Q6_K:
+            k_matvec_direct<QTYPE_Q6_K><<<grid, 32 * MVD_WARPS, act, c->stream>>>(
+                w, a->w_stride, a->ids, rows, k, R, lg_s, xq, a->x_stride, a->y, a->y_stride);
+            break;
+        default:
+            k_matvec_direct<QTYPE_Q8_0><<<grid, 32 * MVD_WARPS, act, c->stream>>>(
+                w, a->w_stride, a->ids, rows, k, R, lg_s, xq, a->x_stride, a->y, a->y_stride);
+            break;
+        }
+        return cuda_launch_check(e, "matvec");
+    }
     int R = 64;
     while (R > 4 && mv_tile_bytes(R, rb) > 32768) R >>= 1;
     while (R > 4 && (int64_t)((rows + R - 1) / R) * a->n_batch < 2 * (int64_t)c->info.sm_count) R >>= 1;

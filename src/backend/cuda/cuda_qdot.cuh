@@ -2,14 +2,16 @@
  * __host__ __device__ so that tests/cuda/test_cuda_emu.cu can run the very
  * same index math on the CPU (no GPU needed) against quant_ref dots.
  *
- * The matvec kernel (cuda_matvec.cu) stages a tile of weight rows and the
- * quantized activation row in shared memory, the activation UNPACKED from
- * its ggml blocks into three aligned arrays:
+ * The matvec kernels (cuda_matvec.cu) read the weight rows from a staged
+ * shared-memory tile (k_matvec) or straight from global memory
+ * (k_matvec_direct, short rows), and the quantized activation row from
+ * shared memory, UNPACKED from its ggml blocks into three aligned arrays:
  *   xq[k]     int8 quants (16-byte aligned)
  *   xd[nb]    float block scales (Q8_K: d; Q8_0: the f16 d widened)
  *   xbs[k/16] int16 sums of 16 quants (Q8_K bsums; unused for Q8_0)
- * A row of nb weight blocks is cut into ITEMS; a warp's 32 lanes take items
- * it = lane, lane + 32, ... and each item returns one float partial:
+ * A row of nb weight blocks is cut into ITEMS; the lanes of a row take
+ * items it = lane, lane + 32, ... (k_matvec_direct: groups of S lanes, step
+ * S) and each item returns one float partial:
  *   Q4_K: 8 items a block: (j = 64-weight chunk 0..3, h = 16-byte half):
  *         16 qs bytes -> 16 low nibbles (sub-block 2j) and 16 high nibbles
  *         (sub-block 2j+1); returns d*dx * (sc0*lo + sc1*hi)
@@ -50,8 +52,9 @@ QD_HD uint32_t qd_ld32(const uint8_t *p)
 
 /* 4 bytes at a 2-aligned address (Q6_K and Q8_0 blocks are 210 and 34
  * bytes, so every other block starts at 2 mod 4): two aligned words and a
- * funnel shift. Reads up to 3 bytes past p + 4 (within the aligned word):
- * the staging buffers are padded for that. */
+ * funnel shift. Reads the aligned words that hold [p, p + 4), plus the next
+ * word when p is aligned: the staging buffers are padded for that, and
+ * qd_item_q6_K's reads stay inside its block (see there). */
 QD_HD uint32_t qd_ld32_a2(const uint8_t *p)
 {
 #ifdef __CUDA_ARCH__
@@ -74,6 +77,14 @@ QD_HD uint16_t qd_ld16(const uint8_t *p)   /* 2-aligned */
     memcpy(&v, p, 2);
     return v;
 #endif
+}
+
+/* 4 bytes at a 2-aligned address as two halfword loads: reads exactly
+ * [p, p + 4), so it is safe on a weight row read straight from global
+ * memory, up to the allocation's last byte (Q8_0). */
+QD_HD uint32_t qd_ld32_h2(const uint8_t *p)
+{
+    return (uint32_t)qd_ld16(p) | (uint32_t)qd_ld16(p + 2) << 16;
 }
 
 QD_HD float qd_h2f(uint16_t h)
@@ -160,7 +171,10 @@ QD_HD float qd_item_q4_K(const uint8_t *wrow, const int8_t *xq, const float *xd,
     return d * (float)isum - dm * (float)msum;
 }
 
-/* wrow: 2-byte aligned. xq 16-aligned. */
+/* wrow: 2-byte aligned. xq 16-aligned. The a2 loads read whole aligned
+ * words, at most bytes bp - 2 .. bp + 195 of a 210-byte block: never past
+ * the row's last block, and before the block only inside the word that
+ * holds its first byte (so never outside the allocation). */
 QD_HD float qd_item_q6_K(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
 {
     (void)xbs;
@@ -183,7 +197,8 @@ QD_HD float qd_item_q6_K(const uint8_t *wrow, const int8_t *xq, const float *xd,
     return d * (float)isum;
 }
 
-/* wrow: 2-byte aligned. xq 16-aligned. */
+/* wrow: 2-byte aligned. xq 16-aligned. Reads only the item's own bytes
+ * (halfword loads), never past the block. */
 QD_HD float qd_item_q8_0(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
 {
     (void)xbs;
@@ -192,7 +207,7 @@ QD_HD float qd_item_q8_0(const uint8_t *wrow, const int8_t *xq, const float *xd,
     const uint8_t *q = bp + 2 + 16 * h;
     const uint8_t *xs = (const uint8_t *)xq + blk * 32 + 16 * h;
     int s = 0;
-    for (int t = 0; t < 4; t++) s = qd_dp4a(qd_ld32_a2(q + 4 * t), qd_ld32(xs + 4 * t), s);
+    for (int t = 0; t < 4; t++) s = qd_dp4a(qd_ld32_h2(q + 4 * t), qd_ld32(xs + 4 * t), s);
     const float d = qd_h2f(qd_ld16(bp)) * xd[blk];
     return d * (float)s;
 }
