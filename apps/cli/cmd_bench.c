@@ -665,6 +665,12 @@ static int run_instance(const bench_opts *o, const char *path, const model_info 
         code = cli_fail(CMD, CLI_ERR, "%s: %s", path, e.msg);
         goto done;
     }
+    if (!o->verbose && engine_route_reads_residency(c.eng)) {   /* -v prints it in the load summary */
+        char pol[512];
+        engine_route_describe(c.eng, pol, sizeof pol);
+        fprintf(stderr, "strata bench: routing %s depends on expert residency (the arena's state and I/O "
+                "timing): its figures are not reproducible bit for bit\n", pol);
+    }
     c.n_vocab = engine_n_vocab(c.eng);
     c.bos = engine_add_bos(c.eng) ? engine_token_bos(c.eng) : -1;
     c.ids = malloc((size_t)max_pp * sizeof *c.ids);

@@ -158,5 +158,10 @@ if "skipped" not in d:
     check "roofline bad flag: message" grep -q '^roofline: ' "$tmp/err"
 fi
 
+# a policy that reads residency says so (not only in the -v summary)
+exits 0 "a biased routing policy" $STRATA bench -m "$T" -p 16 -n 4 -r 1 --arena 128K --route 'decode=bias(body=1,bonus=1)'
+check "bench says a biased run depends on residency" has "$tmp/err" "depends on expert residency"
+exits 0 "exact routing" $STRATA bench -m "$T" -p 16 -n 4 -r 1 --arena 128K
+check "an exact run does not" sh -c "! grep -q 'depends on expert residency' '$tmp/err'"
 echo "bench: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
