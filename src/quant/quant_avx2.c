@@ -26,6 +26,8 @@
 #include "quant/quant_impl.h"
 
 #include <immintrin.h>
+
+#include "quant/quant_avx2_common.h"
 #include "util/fp16.h"
 
 #if defined(__clang__)
@@ -35,44 +37,6 @@
 #endif
 
 /* ==== Helpers ==== */
-
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }   /* exact, like fp16_to_fp32 */
-
-static inline float hsum_f32_8(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
-static inline float hsum_f32_4(__m128 r)
-{
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
-/* 16 packed nibbles -> 32 bytes: low nibbles in bytes 0..15, high in 16..31
- * (the Q4/Q5 "j, j+16" element order). */
-static inline __m256i bytes_from_nibbles_32(const uint8_t *p)
-{
-    const __m128i t = _mm_loadu_si128((const __m128i *)p);
-    const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
-
-/* 32 bits -> 32 bytes of 0x00 / 0xFF (bit j -> byte j). */
-static inline __m256i bytes_from_bits_32(const uint8_t *p)
-{
-    uint32_t x;
-    memcpy(&x, p, 4);
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                           0x0101010101010101, 0x0000000000000000);
-    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
-    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
-}
 
 /* sum of u8 x s8 products, 4 at a time, as 8 floats. */
 static inline __m256 mul_sum_us8_pairs_float(__m256i ax, __m256i sy)
@@ -89,15 +53,9 @@ static inline __m256 mul_sum_i8_pairs_float(__m256i x, __m256i y)
     return mul_sum_us8_pairs_float(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
-/* Shuffle masks that broadcast one int16 scale over a 128-bit half (q3k:
- * entry i puts scale 2i in the low half and 2i+1 in the high half; k4: entry
- * i puts scale i everywhere; q6k (128-bit): entry i gives bytes 2i x8, 2i+1 x8). */
-static const uint8_t k_shuffle_q3k[128] = {
-     0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,   2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
-     4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,   6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7,
-     8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9,  10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,
-    12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,  14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,
-};
+/* Shuffle masks that broadcast one int16 scale over a 128-bit half (q3k's
+ * is in quant_avx2_common.h; k4: entry i puts scale i everywhere; q6k
+ * (128-bit): entry i gives bytes 2i x8, 2i+1 x8). */
 static const uint8_t k_shuffle_k4[256] = {
      0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
      2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
@@ -114,7 +72,6 @@ static const uint8_t k_shuffle_q6k[128] = {
      8, 8, 8, 8, 8, 8, 8, 8,  9, 9, 9, 9, 9, 9, 9, 9,  10,10,10,10,10,10,10,10, 11,11,11,11,11,11,11,11,
     12,12,12,12,12,12,12,12, 13,13,13,13,13,13,13,13,  14,14,14,14,14,14,14,14, 15,15,15,15,15,15,15,15,
 };
-static inline __m256i shuffle_q3k(int i) { return _mm256_loadu_si256((const __m256i *)k_shuffle_q3k + i); }
 static inline __m256i shuffle_k4(int i) { return _mm256_loadu_si256((const __m256i *)k_shuffle_k4 + i); }
 static inline __m128i shuffle_q6k(int i) { return _mm_loadu_si128((const __m128i *)k_shuffle_q6k + i); }
 
@@ -359,15 +316,6 @@ void quant_avx2_quant_q8_K(const float *x, void *vy, int64_t n)
  * Shaped like ggml's AVX2 ggml_vec_dot_f32/f16/bf16 so the results are the
  * same bits: four 8-lane accumulators over the largest multiple of 32, the
  * reduction (a0 + a2) + (a1 + a3), then the tail one element at a time. */
-
-/* GGML_F32x8_REDUCE: halves added, then two hadds. */
-static inline float reduce4_hadd(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
-{
-    const __m256 x = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
-    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    const __m128 t1 = _mm_hadd_ps(t0, t0);
-    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-}
 
 float quant_avx2_dot_f32(int64_t n, const void *w, const void *a)
 {

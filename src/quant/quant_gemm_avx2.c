@@ -41,6 +41,8 @@
 #include "quant/quant_impl.h"
 
 #include <immintrin.h>
+
+#include "quant/quant_avx2_common.h"
 #include "util/fp16.h"
 
 #if defined(__clang__)
@@ -53,52 +55,13 @@
 #endif
 #define GEMM_INLINE static inline __attribute__((always_inline))
 
-/* ==== Helpers (copies of quant_avx2.c's, same operations) ==== */
-
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+/* ==== Helpers (the shared ones are in quant_avx2_common.h) ==== */
 
 static inline uint16_t rd16(const uint8_t *p)
 {
     uint16_t h;
     memcpy(&h, p, 2);
     return h;
-}
-
-static inline float hsum_f32_8(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
-/* GGML_F32x8_REDUCE, as quant_avx2.c reduce4_hadd (F32 / F16 dots). */
-static inline float reduce4_hadd(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
-{
-    const __m256 x = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
-    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    const __m128 t1 = _mm_hadd_ps(t0, t0);
-    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-}
-
-/* 16 packed nibbles -> 32 bytes: low nibbles in bytes 0..15, high in 16..31. */
-static inline __m256i bytes_from_nibbles_32(const uint8_t *p)
-{
-    const __m128i t = _mm_loadu_si128((const __m128i *)p);
-    const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
-
-/* 32 bits -> 32 bytes of 0x00 / 0xFF (bit j -> byte j). */
-static inline __m256i bytes_from_bits_32(const uint8_t *p)
-{
-    uint32_t x;
-    memcpy(&x, p, 4);
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                           0x0101010101010101, 0x0000000000000000);
-    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
-    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
 }
 
 /* ==== 32-element block formats ==== */

@@ -60,6 +60,8 @@
 
 #include <immintrin.h>
 
+#include "quant/quant_avx2_common.h"
+
 #if defined(__clang__)
 /* Keep scalar expressions unfused, as quant_avx2.c does (GCC in ISO C mode
  * never contracts), so the scale arithmetic is the dot's. */
@@ -75,19 +77,7 @@
 #define ALWAYS_INLINE inline
 #endif
 
-/* ==== Helpers: copies of quant_avx2.c's (must stay identical to them) ==== */
-
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-/* Broadcast mask (see quant_avx2.c): q3k entry i puts int16 scale 2i in the
- * low 128-bit half and 2i+1 in the high half. */
-static const uint8_t k_shuffle_q3k[128] = {
-     0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,   2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
-     4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,   6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7,
-     8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9,  10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,
-    12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,  14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,
-};
-static inline __m256i shuffle_q3k(int i) { return _mm256_loadu_si256((const __m256i *)k_shuffle_q3k + i); }
+/* ==== Helpers (the shared ones are in quant_avx2_common.h) ==== */
 
 /* quant_avx2.c's k4_unpack in SIMD, for Q4_K/Q5_K blocks: head = the block's first 16
  * bytes (d, dmin, scales[12]); returns, in both 128-bit halves, the bytes
