@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct binder {
     const gguf_file *f;
@@ -160,7 +161,17 @@ int weights_open(weights **out, const gguf_file *f, hparams *hp, cpu_isa isa, in
     tdata = calloc((size_t)(n_tensors > 0 ? n_tensors : 1), sizeof *tdata);
     if (!tdata) { rc = err_setf(e, ERR_NOMEM, "out of memory"); goto fail; }
     if (w->mode == WEIGHTS_MAP_ALL) {
-        void *m = mmap(NULL, (size_t)w->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        /* Populate the mapping up front when the file fits in memory, as
+         * llama.cpp does (its mmap prefetch): otherwise every first touch of
+         * a 4 KB page costs a page fault inside the forward pass, and decode
+         * over randomly routed experts faults for many tokens (tg32 on a
+         * 5.9 GB file: 1.4 then 4.6 then 7.6 tok/s in consecutive runs).
+         * A file larger than 3/4 of the physical memory is mapped lazily:
+         * populating it would only evict its own pages. */
+        int flags = MAP_PRIVATE;
+        const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && psz > 0 && w->file_size <= (uint64_t)pages / 4 * 3 * (uint64_t)psz) flags |= MAP_POPULATE;
+        void *m = mmap(NULL, (size_t)w->file_size, PROT_READ, flags, fd, 0);
         if (m == MAP_FAILED) { rc = err_setf(e, ERR_IO, "cannot map model file: %s", strerror(errno)); goto fail; }
         w->map = m;
         w->map_bytes = w->file_size;
