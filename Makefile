@@ -129,7 +129,7 @@ bench: $(BENCH_BIN) $(BIN)
 # named without a folder ("cli.h") are the front ends' own.
 PUBLIC_HEADERS := engine.h util/err.h gguf/gguf.h tokenizer/tokenizer.h model/inspect.h \
                   quant/quantize_model.h mkmodel/mkmodel.h quant/qtype.h quant/quant.h util/cpu.h \
-                  expert/sidecar.h expert/profile.h
+                  expert/sidecar.h expert/profile.h backend/cuda/cuda_iface.h
 check-includes:
 	@bad=$$(grep -rhoE '#include "[^"]+"' apps bench 2>/dev/null | sed 's/#include "//;s/"//' | sort -u | \
 	  grep -vxF $(foreach h,$(PUBLIC_HEADERS),-e $(h)) | grep '/' || true); \
@@ -154,10 +154,29 @@ NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -Wall,-Wextra
 CUDA_LIBS ?= -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
 CUDA_SRC  := $(sort $(wildcard src/backend/cuda/*.cu))
 CUDA_HDR  := $(wildcard src/backend/cuda/*.h src/backend/cuda/*.cuh)
-CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/cuda/%.o)
+CUDA_CSRC := $(sort $(wildcard src/backend/cuda/*.c))
+CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/cuda/%.o) $(CUDA_CSRC:%.c=$(BUILD)/cuda/%.o)
 CUDA_LIB  := $(BUILD)/cuda/libstrata_cuda.a
 
-cuda: $(CUDA_LIB) $(BUILD)/tests/test_cuda $(BUILD)/tests/test_cuda_emu
+CUDA_TESTS := $(BUILD)/tests/test_cuda $(BUILD)/tests/test_cuda_emu $(BUILD)/tests/test_cuda_layer \
+              $(BUILD)/tests/test_cuda_model
+
+cuda: $(CUDA_LIB) $(CUDA_TESTS) $(BUILD)/cuda/strata
+
+# build/cuda/strata: the CLI with the CUDA backend (--gpu, -ngl N): the same
+# objects as build/strata except cli_backend.c, compiled with -DSTRATA_CUDA.
+CUDA_CLI_OBJ := $(filter-out $(BUILD)/apps/cli/cli_backend.o,$(CLI_OBJ)) $(BUILD)/cuda/apps/cli/cli_backend.o
+$(BUILD)/cuda/apps/cli/cli_backend.o: apps/cli/cli_backend.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -DSTRATA_CUDA -c $< -o $@
+$(BUILD)/cuda/strata: $(CUDA_CLI_OBJ) $(CUDA_LIB) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CUDA_CLI_OBJ) $(CUDA_LIB) $(LIB) $(CUDA_LIBS) $(LDLIBS)
+
+# C host code of the backend (the GPU model forward): plain C, compiled by
+# $(CC) against the C library's headers, linked into the CUDA library.
+$(BUILD)/cuda/%.o: %.c $(CUDA_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/cuda/%.o: %.cu $(CUDA_HDR)
 	@mkdir -p $(dir $@)
@@ -167,6 +186,10 @@ $(CUDA_LIB): $(CUDA_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@
 	ar rcs $@ $^
+
+$(BUILD)/tests/test_cuda_layer $(BUILD)/tests/test_cuda_model: $(BUILD)/tests/%: tests/cuda/%.c $(CUDA_LIB) $(LIB) tests/testhelp.h $(CUDA_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(CUDA_LIB) $(LIB) $(LDFLAGS) $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/test_cuda: tests/cuda/test_cuda.c $(CUDA_LIB) $(LIB) tests/testhelp.h $(CUDA_HDR)
 	@mkdir -p $(dir $@)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "expert/profile.h"
 #include "expert/xlayout.h"
 #include "expert/xstore.h"
@@ -54,6 +55,10 @@ struct engine {
     route_policy *route;         /* the routing policy (immutable) */
     char         route_desc[1024]; /* its canonical string */
     route_counters route_ctr[ROUTE_N_ARMS]; /* written by the forward */
+    const backend_iface *be;     /* device backend, or NULL (the CPU) */
+    backend_model *bm;           /* its model (owned) */
+    char           be_desc[256]; /* its describe() line */
+    int            be_sessions;  /* sessions holding the device timeline (0 or 1) */
 };
 
 /* "1.23 GB" / "45.6 MB" / "789 kB" (decimal units). */
@@ -109,6 +114,7 @@ static void print_summary(const engine *eng, const char *path, FILE *log)
                 eng->desc, np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M",
                 human_bytes(b1, sizeof b1, (double)w->expert_bytes),
                 w->output_tied ? ", head tied to token_embd" : "");
+    if (eng->be) fprintf(log, "strata: backend %s: %s\n", eng->be->name, eng->be_desc);
     fprintf(log, "strata: %d threads, isa %s, ctx %d, batch %d, KV cache %s/%s (%s per session)\n",
             eng->n_threads, cpu_isa_name(eng->isa), env->n_ctx, env->n_batch, env->k_f16 ? "f16" : "f32",
             env->v_f16 ? "f16" : "f32", human_bytes(b2, sizeof b2, (double)m->kv));
@@ -318,6 +324,28 @@ int engine_open(engine **out, const engine_opts *o, err *e)
     eng->mem.total = eng->mem.weights + eng->mem.arena + eng->mem.kv + eng->mem.scratch;
     eng->env.model.xs = eng->xs;
     eng->env.store = eng->store;
+    if (o->backend) {
+        if (o->stream) {
+            rc = err_setf(e, ERR_USAGE, "the %s backend holds every weight on the device: expert streaming "
+                          "(--arena) is not supported with it yet", o->backend->name);
+            goto fail;
+        }
+        if (o->gpu_layers > 0 && o->gpu_layers < eng->hp.n_layer) {
+            rc = err_setf(e, ERR_USAGE, "the %s backend takes every layer: %d GPU layers of %d (partial "
+                          "offload) is not supported; use -ngl %d or more (or -ngl 0 for the CPU)",
+                          o->backend->name, o->gpu_layers, eng->hp.n_layer, eng->hp.n_layer);
+            goto fail;
+        }
+        if (eng->env.k_f16 != eng->env.v_f16) {
+            rc = err_setf(e, ERR_USAGE, "the %s backend needs one KV cache type for K and V", o->backend->name);
+            goto fail;
+        }
+        STEP(o->backend->open(&eng->bm, &eng->hp, eng->w, n_ctx, eng->env.k_f16, &sub));
+        eng->be = o->backend;
+        eng->be->describe(eng->bm, eng->be_desc, sizeof eng->be_desc);
+        eng->env.be = eng->be;
+        eng->env.bm = eng->bm;
+    }
 #undef STEP
     ops_kernels_get(eng->isa, &eng->env.model.kern);
     describe(eng);
@@ -333,6 +361,7 @@ fail:
 void engine_close(engine *eng)
 {
     if (!eng) return;
+    if (eng->be) eng->be->close(eng->bm);
     tpool_close(eng->pool);
     if (eng->store) xstore_close(eng->store);   /* eng->xs is its view */
     else expert_src_close(eng->xs);
@@ -355,6 +384,17 @@ int         engine_n_batch(const engine *eng)      { return eng->env.n_batch; }
 int         engine_n_threads(const engine *eng)    { return eng->n_threads; }
 const char *engine_arch(const engine *eng)         { return eng->hp.arch; }
 const char *engine_model_desc(const engine *eng)   { return eng->desc; }
+const char *engine_backend_name(const engine *eng) { return eng->be ? eng->be->name : "CPU"; }
+
+int engine_backend_claim(engine *eng, int delta, err *e)
+{
+    if (!eng->be) return 0;
+    if (delta > 0 && eng->be_sessions > 0)
+        return err_setf(e, ERR_USAGE, "the %s backend has one device timeline: one session at a time",
+                        eng->be->name);
+    eng->be_sessions += delta;
+    return 0;
+}
 uint64_t    engine_model_bytes(const engine *eng)  { return eng->w->n_bytes; }
 uint64_t    engine_model_params(const engine *eng) { return eng->w->n_params; }
 const char *engine_chat_template(const engine *eng) { return eng->chat_template; }

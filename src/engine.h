@@ -74,6 +74,16 @@ typedef struct engine_opts {
      * "exact". A bad spec fails engine_open with ERR_USAGE naming the bad
      * part and its column (and STRATA_ROUTE when it came from there). */
     const char *route_spec;
+
+    /* Device backend (backend/backend.h), e.g. the CUDA table of a program
+     * built by `make cuda`; NULL: the CPU. With a backend every forward runs
+     * on the device with the weights uploaded at open; expert streaming
+     * (stream = 1) is not supported with one yet (ERR_USAGE), nor per-row
+     * logits (session_eval's all_logits: ERR_UNSUPPORTED), and an engine
+     * has one device timeline: one session at a time (ERR_USAGE). */
+    const struct backend_iface *backend;
+    int gpu_layers;   /* llama.cpp's -ngl as given (0: not given): the backend
+                         takes every layer, so 1..n_layer-1 is ERR_USAGE */
 } engine_opts;
 
 #define ENGINE_CTX_TRAIN (-1)
@@ -94,6 +104,7 @@ int         engine_n_batch(const engine *eng);
 int         engine_n_threads(const engine *eng);
 const char *engine_arch(const engine *eng);         /* "qwen3moe" */
 const char *engine_model_desc(const engine *eng);   /* one line: arch, shape, size, type mix */
+const char *engine_backend_name(const engine *eng); /* "CPU", or the backend's name ("CUDA") */
 uint64_t    engine_model_bytes(const engine *eng);  /* bytes of all tensors */
 uint64_t    engine_model_params(const engine *eng);
 const char *engine_chat_template(const engine *eng); /* tokenizer.chat_template or NULL */

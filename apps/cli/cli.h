@@ -53,13 +53,18 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
 /* The expert-streaming flags shared by run, chat, serve and the eval tools
  * (--arena --evict --io --io-threads --io-depth --read-ahead --read-ahead-from
- * --no-direct --sidecar --no-sidecar --profile), and --route SPEC (the
+ * --no-direct --sidecar --no-sidecar --profile), --gpu / -ngl N (the GPU
+ * backend, cli_gpu_backend), and --route SPEC (the
  * routing policy, docs/ROUTING.md; it works without streaming and beats
  * STRATA_ROUTE; a bad spec is a usage error here), parsed into the engine's own
  * options. If argv[*i] is one, consume it (and its value, advancing *i) and
  * return 1; return 0 if it is not one; -1 after printing a one-line usage
  * error. */
 int cli_stream_flag(const char *cmd, int argc, char **argv, int *i, engine_opts *o);
+/* The GPU backend this program was built with (build/cuda/strata: CUDA;
+ * apps/cli/cli_backend.c), or NULL (build/strata): what --gpu and -ngl N
+ * (N > 0) select. */
+const struct backend_iface *cli_gpu_backend(void);
 /* Usage error (printed, returns CLI_USAGE) when streaming options were given
  * without --arena; 0 otherwise. */
 int cli_stream_check(const char *cmd, const engine_opts *o);

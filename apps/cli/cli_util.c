@@ -112,6 +112,16 @@ int cli_stream_flag(const char *cmd, int argc, char **argv, int *i, engine_opts 
     else if (IS("--no-sidecar")) o->no_sidecar = 1;
     else if (IS("--sidecar")) { VALUE(); o->sidecar_path = v; }
     else if (IS("--profile")) { VALUE(); o->profile_path = v; }
+    else if (IS("--gpu")) {   /* every layer on the GPU (build/cuda/strata) */
+        if (!(o->backend = cli_gpu_backend()))
+            BAD("--gpu: this strata was built without a GPU backend; `make cuda` builds build/cuda/strata");
+    } else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers")) {   /* llama.cpp's spelling */
+        INT(0, 1 << 20, n);
+        if (n == 0) o->backend = NULL;
+        else if (!(o->backend = cli_gpu_backend()))
+            BAD("%s: this strata was built without a GPU backend; `make cuda` builds build/cuda/strata", a);
+        else o->gpu_layers = (int)n;
+    }
     else if (IS("--route")) {   /* routing policy (docs/ROUTING.md): checked now, used by engine_open */
         VALUE();
         err e;
@@ -129,6 +139,9 @@ int cli_stream_flag(const char *cmd, int argc, char **argv, int *i, engine_opts 
 
 int cli_stream_check(const char *cmd, const engine_opts *o)
 {
+    if (o->backend && o->stream)
+        return cli_fail(cmd, CLI_USAGE, "--gpu holds every weight on the GPU: expert streaming (--arena) "
+                        "with the GPU is not supported yet");
     if (!o->stream && (o->evict || o->io_mode || o->io_threads || o->io_depth || o->read_ahead ||
                        o->read_ahead_from || o->no_direct || o->no_sidecar || o->sidecar_path || o->profile_path))
         return cli_fail(cmd, CLI_USAGE, "the expert streaming options need --arena SIZE|auto|0");

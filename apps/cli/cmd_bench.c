@@ -82,6 +82,7 @@ typedef struct row {
     uint64_t model_size, model_params;
     int      threads, n_batch, n_ubatch;
     int      streaming;
+    const char *backend;   /* "CPU" or the device backend's name */
     uint64_t arena_bytes;
     int      n_prompt, n_gen;
     char     test[32];
@@ -346,7 +347,7 @@ static void md_row(FILE *f, const row *r)
     snprintf(v[0], 128, "%s", r->mi->type);
     fmt_size(v[1], 128, r->model_size);
     fmt_params(v[2], 128, r->model_params);
-    snprintf(v[3], 128, "CPU");
+    snprintf(v[3], 128, "%s", r->backend);
     snprintf(v[4], 128, "%d", r->threads);
     snprintf(v[5], 128, "%d", r->n_batch);
     fmt_arena(v[6], 128, r);
@@ -413,7 +414,7 @@ static int field_value(const row *r, int i, char *b, size_t cap)
     if (!strcmp(n, "model_type")) S(r->mi->type);
     if (!strcmp(n, "model_size")) I(r->model_size);
     if (!strcmp(n, "model_n_params")) I(r->model_params);
-    if (!strcmp(n, "backends")) S("CPU");
+    if (!strcmp(n, "backends")) S(r->backend);
     if (!strcmp(n, "n_batch")) I(r->n_batch);
     if (!strcmp(n, "n_ubatch")) I(r->n_ubatch);
     if (!strcmp(n, "n_threads")) I(r->threads);
@@ -688,6 +689,7 @@ static int run_instance(const bench_opts *o, const char *path, const model_info 
     r->n_batch = batch;
     r->n_ubatch = engine_n_batch(c.eng);
     r->streaming = engine_streaming(c.eng);
+    r->backend = engine_backend_name(c.eng);
     r->arena_bytes = r->streaming ? mem.arena : 0;
     r->reps = o->reps;
     for (int kind = 0; kind < 2 && code == CLI_OK; kind++) {

@@ -36,6 +36,11 @@
 #   --gen N              tokens generated per speed run [32]
 #   --threads N          [2]
 #   --no-task            skip taskeval (speed and KL only)
+#   --task-only          only the taskeval part, into an existing --out DIR (an
+#                        earlier --no-task run): arms whose task/ID.json exists
+#                        are skipped, so an interrupted run resumes where it
+#                        stopped (the task grid takes ~10 min an arm at every
+#                        case: many hours, spread over several sittings)
 #   --out DIR            results [$ROUTE_DIR/study-<date>]
 # Env: STRATA [build/strata], PYTHON [/usr/bin/python3], ROUTE_DIR [/work/big/route,
 # else $TMPDIR/route]: generated models and results, never inside the repository.
@@ -64,6 +69,7 @@ NPRED=128
 GEN=32
 THREADS=2
 TASK=1
+TASK_ONLY=0
 OUT=""
 while [ $# -gt 0 ]; do
     case $1 in
@@ -79,6 +85,7 @@ while [ $# -gt 0 ]; do
     --gen) GEN=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --no-task) TASK=0; shift ;;
+    --task-only) TASK_ONLY=1; shift ;;
     --out) OUT=$2; shift 2 ;;
     -h|--help) usage ;;
     *) echo "bench/route/study: unknown option '$1'" >&2; usage ;;
@@ -88,6 +95,11 @@ if [ "$KIND" = full ]; then : "${ROUNDS:=5}" "${EVERY:=1}"; else : "${ROUNDS:=3}
 [ -x "$STRATA" ] || die "$STRATA not built (make)"
 [ -f "$MODEL" ] || die "no model $MODEL"
 mkdir -p "$ROUTE_DIR"
+if [ "$TASK_ONLY" = 1 ]; then
+    [ -n "$OUT" ] && [ -s "$OUT/meta.json" ] && [ -s "$OUT/arms.tsv" ] ||
+        die "--task-only needs --out DIR of an earlier run (with meta.json and arms.tsv)"
+    TASK=1
+fi
 : "${OUT:=$ROUTE_DIR/study-$(date -u +%Y%m%d-%H%M%S)}"
 case "$OUT" in "$ROOT"/*) die "--out is inside the repository: $OUT" ;; esac
 mkdir -p "$OUT/speed/S" "$OUT/speed/Q" "$OUT/kl" "$OUT/task" "$OUT/logs"
@@ -107,7 +119,7 @@ ARENA_S=$("$PYTHON" "$HERE/arena.py" "$STRATA" "$SMODEL" "$FRAC") || die "cannot
 ARENA_Q=$("$PYTHON" "$HERE/arena.py" "$STRATA" "$MODEL" "$FRAC") || die "cannot size the arena of $MODEL"
 PROMPT="$OUT/prompt.txt"
 awk '/^### prompt$/ { on = 1; next } /^### eval$/ { on = 0 } on' "$ROOT/eval/tf_toolcall.txt" > "$PROMPT"
-"$PYTHON" "$HERE/analyze.py" arms "$KIND" > "$OUT/arms.tsv"
+[ "$TASK_ONLY" = 1 ] || "$PYTHON" "$HERE/analyze.py" arms "$KIND" > "$OUT/arms.tsv"
 N_ARMS=$(wc -l < "$OUT/arms.tsv")
 awk -v n="$EVERY" 'NF && (k++ % n) == 0' "$ROOT/eval/taskeval_ops.jsonl" > "$OUT/cases.jsonl"
 N_CASES=$(wc -l < "$OUT/cases.jsonl")
@@ -127,6 +139,7 @@ place_of() { awk -F'\t' -v i="$1" '$1 == i { print $2 }' "$OUT/arms.tsv"; }
 # ---- speed: interleaved rounds ----
 IDS=(exact $(cut -f1 "$OUT/arms.tsv"))
 n=${#IDS[@]}
+[ "$TASK_ONLY" = 1 ] && ROUNDS=0
 for r in $(seq 1 "$ROUNDS"); do
     order=()
     for j in $(seq 0 $((n - 1))); do order+=("${IDS[$(( (j + r - 1) % n ))]}"); done
@@ -146,7 +159,7 @@ done
 
 # ---- KL on Q: exact references in both feeding modes, then each arm ----
 TF=(-m "$MODEL" -t "$THREADS" -b "$BATCH" --arena "$ARENA_Q")
-for c in chat toolcall; do
+[ "$TASK_ONLY" = 1 ] || for c in chat toolcall; do
     STRATA_ROUTE=exact step "tf-exact-$c" "$STRATA" tfdump "${TF[@]}" -f "$ROOT/eval/tf_$c.txt" -o "$OUT/kl/exact.$c.dump"
     STRATA_ROUTE=exact step "tf-exact-$c-decode" "$STRATA" tfdump "${TF[@]}" -f "$ROOT/eval/tf_$c.txt" --decode \
         -o "$OUT/kl/exact.$c.decode.dump"
@@ -161,16 +174,18 @@ while IFS=$'\t' read -r id place spec; do
         step "kld-$id-$c" "$STRATA" kld "$ref" "$OUT/kl/$id.$c.dump" --json "$OUT/kl/$id.$c.json"
         rm -f "$OUT/kl/$id.$c.dump"
     done
-done < "$OUT/arms.tsv"
+done < <([ "$TASK_ONLY" = 1 ] || cat "$OUT/arms.tsv")
 
 # ---- task on Q ----
 EXACT_DONE="n/a"
 if [ "$TASK" = 1 ]; then
     TE=(-m "$MODEL" --cases "$OUT/cases.jsonl" -n "$NPRED" -t "$THREADS" -b "$BATCH" --arena "$ARENA_Q")
     log "taskeval exact ($N_CASES cases)"
-    STRATA_ROUTE=exact step task-exact "$STRATA" taskeval "${TE[@]}" --arm exact --json "$OUT/task/exact.json"
+    [ -s "$OUT/task/exact.json" ] ||
+        STRATA_ROUTE=exact step task-exact "$STRATA" taskeval "${TE[@]}" --arm exact --json "$OUT/task/exact.json"
     EXACT_DONE=$(sed -n 's/^total (arm exact): .*completed \([0-9]*\/[0-9]*\).*/\1/p' "$OUT/logs/task-exact.out")
     while IFS=$'\t' read -r id place spec; do
+        [ -s "$OUT/task/$id.json" ] && [ -s "$OUT/task/$id.compare.txt" ] && continue
         log "taskeval $id"
         STRATA_ROUTE="$spec" step "task-$id" "$STRATA" taskeval "${TE[@]}" --arm "$id" --json "$OUT/task/$id.json"
         "$STRATA" taskeval --compare "$OUT/task/exact.json" "$OUT/task/$id.json" > "$OUT/task/$id.compare.txt" ||
@@ -178,6 +193,20 @@ if [ "$TASK" = 1 ]; then
     done < "$OUT/arms.tsv"
 fi
 
+if [ "$TASK_ONLY" = 1 ]; then
+    # keep the speed/KL run's meta; add what the task part used
+    "$PYTHON" - "$OUT/meta.json" "$N_CASES" "$EVERY" "$NPRED" "$EXACT_DONE" "$(( $(date +%s) - START ))" <<'PY'
+import json, sys
+p, n, every, npred, done, secs = sys.argv[1:]
+m = json.load(open(p))
+m.update({"task": 1, "n_cases": int(n), "every": int(every), "n_predict": int(npred),
+          "exact_completed": done, "task_seconds": m.get("task_seconds", 0) + int(secs)})
+json.dump(m, open(p, "w"))
+PY
+    log "task part done in $(( $(date +%s) - START )) s"
+    "$PYTHON" "$HERE/analyze.py" table "$OUT"
+    exit 0
+fi
 cat > "$OUT/meta.json" <<EOF
 {"kind": "$KIND", "model": "$MODEL", "speed_model": "$SMODEL", "arena_S": "$ARENA_S", "arena_Q": "$ARENA_Q",
  "arena_frac": $FRAC, "batch": $BATCH, "threads": $THREADS, "rounds": $ROUNDS, "every": $EVERY,

@@ -87,6 +87,8 @@ struct qwen3moe_scratch {
     int      planning; /* scratch_alloc only counts (qwen3moe_scratch_plan) */
     uint64_t bytes;
     route_work rw;     /* routing policy buffers (route.h): logit, exact, mask, seen (n_expert each), key (k) */
+    qwen3moe_layer_fn on_layer;   /* optional observer (qwen3moe_scratch_set_on_layer) */
+    void    *on_layer_ctx;
 };
 
 static void *scratch_alloc(qwen3moe_scratch *s, size_t n, int *fail)
@@ -207,6 +209,12 @@ void qwen3moe_scratch_close(qwen3moe_scratch *s)
 uint64_t qwen3moe_scratch_bytes(const qwen3moe_scratch *s) { return s ? s->bytes : 0; }
 
 void qwen3moe_scratch_set_chunk(qwen3moe_scratch *s, const qwen3moe_chunk *c) { s->chunk = *c; }
+
+void qwen3moe_scratch_set_on_layer(qwen3moe_scratch *s, qwen3moe_layer_fn fn, void *ctx)
+{
+    s->on_layer = fn;
+    s->on_layer_ctx = ctx;
+}
 
 void qwen3moe_scratch_stats(const qwen3moe_scratch *s, int phase, qwen3moe_stats *out)
 {
@@ -847,6 +855,7 @@ int qwen3moe_forward(const qwen3moe *m, const kv_cache_view *kv, qwen3moe_scratc
 
         int rc = moe(m, lw, s, l, r0, n, n_out, e);
         if (rc) return rc;
+        if (s->on_layer) s->on_layer(s->on_layer_ctx, l, s->x + (size_t)r0 * E, n - r0, (int64_t)E);
     }
     if (n_out == 0) return 0;
 

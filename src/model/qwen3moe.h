@@ -44,6 +44,14 @@ enum qwen3moe_ra_from {
  * row-major, top-k order). Called on the coordinating thread. */
 typedef void (*qwen3moe_route_fn)(void *ctx, int layer, const int32_t *experts, int n_rows, int k);
 
+/* A layer observer (tests: per-layer comparison with another backend):
+ * layer `layer` is done; x holds the residual rows it computed, n_rows rows
+ * of n_embd floats, the chunk's LAST n_rows rows. Every layer but the last
+ * passes all n rows; the last passes only the n_out rows that produce
+ * logits, and is not reported at all when n_out = 0 (its attention output
+ * and MoE are skipped then). Called on the coordinating thread. */
+typedef void (*qwen3moe_layer_fn)(void *ctx, int layer, const float *x, int n_rows, int64_t n_embd);
+
 /* What the forward reads: all borrowed from the engine. */
 typedef struct qwen3moe {
     const hparams *hp;
@@ -108,6 +116,10 @@ void qwen3moe_scratch_close(qwen3moe_scratch *s);   /* NULL is a no-op */
 uint64_t qwen3moe_scratch_bytes(const qwen3moe_scratch *s);
 /* Set before each forward; the default is {prompt, 0, 0}. */
 void qwen3moe_scratch_set_chunk(qwen3moe_scratch *s, const qwen3moe_chunk *c);
+/* Install (fn != NULL) or remove a layer observer for the forwards that use
+ * this scratch (on the scratch, not on struct qwen3moe, so that positional
+ * initialisers of that struct stay complete). */
+void qwen3moe_scratch_set_on_layer(qwen3moe_scratch *s, qwen3moe_layer_fn fn, void *ctx);
 /* The stats of phase 0 or 1 (zeros for another value). */
 void qwen3moe_scratch_stats(const qwen3moe_scratch *s, int phase, qwen3moe_stats *out);
 

@@ -4,11 +4,15 @@
  * chunks whose logits are wanted run the head. */
 #include "runtime/session.h"
 
+#include "backend/backend.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 struct session {
+    engine            *eng;     /* borrowed: the device timeline's owner */
     const session_env *env;     /* borrowed from the engine */
+    int                on_device; /* env->be: the KV cache lives in the backend */
     int                n_past;
     kv_cache_view      kv;      /* k/v arrays and their buffers are owned */
     qwen3moe_scratch  *scratch; /* owned */
@@ -22,7 +26,15 @@ int session_create(session **out, engine *eng, err *e)
     const hparams *hp = env->model.hp;
     session *s = calloc(1, sizeof *s);
     if (!s) return err_setf(e, ERR_NOMEM, "out of memory");
+    s->eng = eng;
     s->env = env;
+    if (env->be) {   /* the backend holds the KV cache and the scratch */
+        int rc = engine_backend_claim(eng, +1, e);
+        if (rc) { free(s); return rc; }
+        s->on_device = 1;
+        *out = s;
+        return 0;
+    }
     s->kv.n_ctx = env->n_ctx;
     s->kv.k_f16 = env->k_f16;
     s->kv.v_f16 = env->v_f16;
@@ -54,6 +66,7 @@ fail:
 void session_free(session *s)
 {
     if (!s) return;
+    if (s->on_device) engine_backend_claim(s->eng, -1, NULL);
     const int L = s->env->model.hp->n_layer;
     for (int l = 0; l < L; l++) {
         if (s->kv.k) free(s->kv.k[l]);
@@ -76,7 +89,8 @@ void session_truncate(session *s, int n_keep)
 void session_stats_get(const session *s, int phase, session_stats *out)
 {
     qwen3moe_stats st;
-    qwen3moe_scratch_stats(s->scratch, phase, &st);
+    memset(&st, 0, sizeof st);
+    if (s->scratch) qwen3moe_scratch_stats(s->scratch, phase, &st);
     out->chunks = st.chunks;
     out->rows = st.rows;
     out->moe_layers = st.moe_layers;
@@ -90,7 +104,7 @@ void session_stats_get(const session *s, int phase, session_stats *out)
 
 uint64_t session_bytes(const session *s)
 {
-    return s->kv_bytes + qwen3moe_scratch_bytes(s->scratch);
+    return s->kv_bytes + (s->scratch ? qwen3moe_scratch_bytes(s->scratch) : 0);
 }
 
 int session_eval(session *s, const int32_t *ids, int n, float *logits_out, float *all_logits, err *e)
@@ -105,6 +119,14 @@ int session_eval(session *s, const int32_t *ids, int n, float *logits_out, float
             return err_setf(e, ERR_RANGE, "token id %d (at index %d) out of range [0, %d)", ids[i], i, env->n_vocab);
     int rc = weights_check_file(env->w, e);
     if (rc) return rc;
+    if (s->on_device) {
+        if (all_logits)
+            return err_setf(e, ERR_UNSUPPORTED, "logits of every row (tfdump, perplexity) are not available "
+                            "on the %s backend yet", env->be->name);
+        if ((rc = env->be->eval(env->bm, ids, n, s->n_past, logits_out, e))) return rc;
+        s->n_past += n;
+        return 0;
+    }
 
     const size_t V = (size_t)env->n_vocab;
     /* several tokens are a prompt, one is a decode step (stream counters) */

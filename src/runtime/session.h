@@ -28,10 +28,15 @@ typedef struct session_env {
     int            n_batch;
     int            k_f16, v_f16;
     int32_t        n_vocab;
+    const struct backend_iface *be;   /* device backend (backend/backend.h) or NULL: */
+    struct backend_model       *bm;   /* then every forward runs there, see engine_opts */
 } session_env;
 
 /* Defined in engine.c: the engine's environment for its sessions (borrowed;
  * valid until engine_close). */
 const session_env *engine_session_env(const engine *eng);
+/* Defined in engine.c: a session takes (+1) or gives back (-1) the device
+ * timeline of an engine with a backend; ERR_USAGE when it is taken. */
+int engine_backend_claim(engine *eng, int delta, err *e);
 
 #endif

@@ -100,6 +100,16 @@ check "unknown flag message" has "$tmp/err" "^strata run: unknown option '--bogu
 check "usage error is one line" test "$(wc -l < "$tmp/err")" -eq 1
 exits 2 "bad -n" $STRATA run -m "$M" -p hi -n abc
 exits 2 "bad -ctk" $STRATA run -m "$M" -p hi -ctk q8_0
+# the GPU flags: build/strata has no GPU backend and says which build does
+if [ "$($STRATA run --gpu -m "$M" -p hi -n 1 2>&1 >/dev/null | grep -c 'make cuda')" = 1 ]; then
+    exits 2 "--gpu without a GPU backend" $STRATA run -m "$M" -p hi -n 1 --gpu
+    check "--gpu error names the build" has "$tmp/err" "built without a GPU backend"
+    exits 2 "-ngl 99 without a GPU backend" $STRATA bench -m "$M" -p 0 -n 1 -r 1 -ngl 99
+    exits 0 "-ngl 0 is the CPU" $STRATA run -m "$M" -p hi -n 1 -ngl 0
+fi
+# (build/cuda/strata) --gpu with --arena is a usage error either way
+exits 2 "--gpu with --arena" $STRATA run -m "$M" -p hi -n 1 --arena 1M --gpu
+exits 2 "bad -ngl" $STRATA run -m "$M" -p hi -ngl x
 exits 2 "bad --temp" $STRATA run -m "$M" -p hi --temp x
 exits 2 "missing value" $STRATA run -m "$M" -p
 exits 2 "no model" $STRATA run -p hi

@@ -3,19 +3,25 @@
  *
  * Without a usable GPU (no driver, no device: this machine and CI) cuda_open
  * answers ERR_UNSUPPORTED; the suite prints a skip note and counts the skip
- * as one passed case, so `cuda: 1 passed, 0 failed`, exit 0.
+ * as one passed case, so `cuda: 1 passed, 0 failed`, exit 0. Any other
+ * cuda_open error (a GPU that fails to set up) is a failure.
  *
  * With a GPU, every check draws fresh random inputs and poisons outputs
  * (NaN) before the kernel runs:
- *   act_quant  device Q8_K / Q8_0 bytes == the CPU's act_quant bytes
- *              (memcmp), including an all-zero block, a block whose first
- *              largest |x| has a later equal-magnitude twin of the other
- *              sign, and (Q8_0) a block of subnormals (127/amax overflows);
- *   matvec     Q4_K, Q6_K, Q8_0 weights quantized on the CPU (quant_ops
- *              quant; the 151936-row Q6_K head uses random block bytes with
- *              sane scales instead: quantizing 311M weights would take
- *              minutes of the device lease), GPU y vs the CPU's quant_ops dot
- *              over the CPU act_quant'ed x. TOLERANCE: NMSE < 1e-10.
+ *   act_quant  device Q8_K / Q8_0 / f16 / bf16 / f32 bytes == the CPU's
+ *              act_quant bytes (memcmp), including an all-zero block, a
+ *              block whose first largest |x| has a later equal-magnitude
+ *              twin of the other sign, (Q8_0) a block of subnormals
+ *              (127/amax overflows), and (f16/bf16) rounding ties, f16
+ *              subnormals, overflow to inf, inf and NaN;
+ *   matvec     Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, F32, F16, BF16 weights
+ *              quantized on the CPU (quant_ops quant; the 151936-row Q6_K
+ *              head uses random block bytes with sane scales instead:
+ *              quantizing 311M weights would take minutes of the device
+ *              lease), GPU y vs the CPU's quant_ops dot over the CPU
+ *              act_quant'ed x. TOLERANCE: NMSE < 1e-10 (float weights: the
+ *              same bound; their products are the CPU's, exact for
+ *              f16/bf16, and the CPU sums in double, the GPU in float).
  *              Both sides compute identical integer block sums from
  *              identical quantized inputs (act_quant is bit-exact, checked
  *              above); only the float scaling products and the order of the
@@ -112,17 +118,28 @@ static int dot_type_of(int wtype) { return qtype_get(wtype)->dot_type; }
 
 /* ==== act quant ==== */
 
+static int is_float_type(int t) { return t == QTYPE_F32 || t == QTYPE_F16 || t == QTYPE_BF16; }
+
 static void check_act_quant(int wtype, int64_t n, int rows)
 {
     float *x = xmalloc(sizeof(float) * (size_t)(n * rows));
     for (int64_t i = 0; i < n * rows; i++) x[i] = frand() * 3.0f;
-    const int be = wtype == QTYPE_Q8_0 ? 32 : 256;
-    /* block 1: all zero; block 2: the largest |x| twice, + first then - */
-    for (int i = 0; i < be; i++) x[be + i] = 0.0f;
-    x[2 * be + 5] = 7.5f;
-    x[2 * be + 9] = -7.5f;
-    if (wtype == QTYPE_Q8_0)   /* block 3: subnormals, 127/amax overflows to inf */
-        for (int i = 0; i < be; i++) x[3 * be + i] = (i & 1 ? -1.0f : 1.0f) * 1e-39f * (float)(i % 5);
+    if (is_float_type(wtype)) {
+        /* rounding ties and their neighbours (f16: 1 + 2^-11, bf16: 1 + 2^-8),
+         * f16 subnormals and their ties, the f16 overflow edge, inf, NaN */
+        static const float sp[] = {1.00048828125f, 1.00146484375f, 1.00390625f, 1.01171875f, -1.00048828125f,
+                                   0x1p-25f, 0x1.8p-24f, 0x1p-24f, 0x1.8p-23f, 1e-8f, -3e-6f, 65504.f,
+                                   65519.99f, 65520.f, -70000.f, 1e30f, 0x1p-130f, INFINITY, -INFINITY, NAN};
+        for (size_t i = 0; i < sizeof sp / sizeof sp[0] && (int64_t)i < n; i++) x[i] = sp[i];
+    } else {
+        const int be = wtype == QTYPE_Q8_0 || wtype == QTYPE_Q4_0 ? 32 : 256;
+        /* block 1: all zero; block 2: the largest |x| twice, + first then - */
+        for (int i = 0; i < be; i++) x[be + i] = 0.0f;
+        x[2 * be + 5] = 7.5f;
+        x[2 * be + 9] = -7.5f;
+        if (be == 32)   /* block 3: subnormals, 127/amax overflows to inf */
+            for (int i = 0; i < be; i++) x[3 * be + i] = (i & 1 ? -1.0f : 1.0f) * 1e-39f * (float)(i % 5);
+    }
     const size_t ab = cuda_act_bytes(wtype, n);
     uint8_t *cpu = xmalloc(ab * rows), *gpu = xmalloc(ab * rows);
     err e = {0};
@@ -151,15 +168,32 @@ TEST(test_act_quant)
     check_act_quant(QTYPE_Q8_0, 2048, 3);
     check_act_quant(QTYPE_Q4_K, 768, 1);
     check_act_quant(QTYPE_Q8_0, 768, 1);
+    check_act_quant(QTYPE_Q5_K, 768, 2);   /* Q8_K, through the Q5_K entry */
+    check_act_quant(QTYPE_Q4_0, 768, 2);   /* Q8_0, through the Q4_0 entry */
+    check_act_quant(QTYPE_F16, 2048, 3);
+    check_act_quant(QTYPE_BF16, 2048, 3);
+    check_act_quant(QTYPE_F32, 2048, 3);
+    check_act_quant(QTYPE_F16, 37, 3);     /* odd n: rows back to back */
+    check_act_quant(QTYPE_BF16, 37, 3);
 }
 
 /* ==== matvec ==== */
 
 /* Random but valid blocks: random bytes, then every f16 scale set to a
- * small positive half (so no inf/NaN), for the big head and the bench. */
+ * small positive half (so no inf/NaN), for the big head and the bench;
+ * float types: random values in [-0.05, 0.05). */
 static void random_blocks(int wtype, uint8_t *w, size_t nblocks)
 {
     const int bb = qtype_get(wtype)->type_size;
+    if (is_float_type(wtype)) {
+        for (size_t i = 0; i < nblocks; i++) {
+            const float v = frand() * 0.05f;
+            const uint16_t h = wtype == QTYPE_F16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
+            if (wtype == QTYPE_F32) memcpy(w + 4 * i, &v, 4);
+            else memcpy(w + 2 * i, &h, 2);
+        }
+        return;
+    }
     for (size_t i = 0; i < nblocks * bb; i += 8) {
         const uint64_t r = rng_next();
         memcpy(w + i, &r, i + 8 <= nblocks * bb ? 8 : nblocks * bb - i);
@@ -167,7 +201,7 @@ static void random_blocks(int wtype, uint8_t *w, size_t nblocks)
     for (size_t b = 0; b < nblocks; b++) {
         uint8_t *p = w + b * bb;
         const uint16_t d = fp32_to_fp16(1e-3f * (1.0f + (float)(rng_next() % 100) / 100.0f));
-        if (wtype == QTYPE_Q4_K) {
+        if (wtype == QTYPE_Q4_K || wtype == QTYPE_Q5_K) {
             memcpy(p, &d, 2);
             memcpy(p + 2, &d, 2);
         } else if (wtype == QTYPE_Q6_K) {
@@ -226,22 +260,31 @@ static double check_matvec(int wtype, int64_t rows, int64_t k, int real_quant)
 
 TEST(test_matvec)
 {
-    static const int types[3] = {QTYPE_Q4_K, QTYPE_Q6_K, QTYPE_Q8_0};
-    for (int t = 0; t < 3; t++) {
+    static const int types[] = {QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q8_0, QTYPE_Q4_0,
+                                QTYPE_F32, QTYPE_F16, QTYPE_BF16};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         check_matvec(types[t], 768, 2048, 1);    /* expert gate/up */
         check_matvec(types[t], 2048, 768, 1);    /* expert down */
         check_matvec(types[t], 4096, 2048, 1);   /* attention q */
-        check_matvec(types[t], 37, 2048, 1);     /* partial tile */
+        check_matvec(types[t], 37, 2048, 1);     /* partial tile; 1-row tiles (short grid) */
         check_matvec(types[t], 5, 768, 1);       /* fewer rows than warps */
     }
+    check_matvec(QTYPE_F32, 128, 2048, 1);       /* the MoE router */
+    check_matvec(QTYPE_F32, 300, 64, 1);         /* 16 items a row: the direct kernel */
+    check_matvec(QTYPE_F16, 300, 136, 1);        /* 17 items a row */
+    check_matvec(QTYPE_F16, 301, 2048, 1);       /* 2-row tiles, the last one partial */
+    check_matvec(QTYPE_Q4_0, 300, 256, 1);       /* 16 items a row: the direct kernel */
+    check_matvec(QTYPE_Q8_0, 300, 256, 1);
+    check_matvec(QTYPE_BF16, 2048, 2048, 0);
     check_matvec(QTYPE_Q6_K, 151936, 2048, 0);   /* the output head */
 }
 
 /* Batch with ids, per-item inputs, padded output rows. */
 TEST(test_matvec_batch)
 {
-    static const int types[3] = {QTYPE_Q4_K, QTYPE_Q6_K, QTYPE_Q8_0};
-    for (int t = 0; t < 3; t++) {
+    static const int types[] = {QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q8_0, QTYPE_Q4_0,
+                                QTYPE_F32, QTYPE_F16, QTYPE_BF16};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const int wtype = types[t];
         const qtype_info *qi = qtype_get(wtype);
         const int64_t rows = 96, k = 768;
@@ -384,12 +427,24 @@ TEST(test_router)
 TEST(test_errors)
 {
     err e = {0};
-    CHECK(cuda_matvec(g_cu, QTYPE_Q5_K, NULL, 8, 256, NULL, NULL, &e) == ERR_UNSUPPORTED);
+    CHECK(cuda_matvec(g_cu, QTYPE_Q2_K, NULL, 8, 256, NULL, NULL, &e) == ERR_UNSUPPORTED);
     err_clear(&e);
     CHECK(cuda_matvec(g_cu, QTYPE_Q4_K, NULL, 8, 100, NULL, NULL, &e) == ERR_USAGE);
+    err_clear(&e);
+    CHECK(cuda_matvec(g_cu, QTYPE_F16, NULL, 8, 100, NULL, NULL, &e) == ERR_USAGE);   /* k % 8 */
+    err_clear(&e);
+    CHECK(cuda_matvec(g_cu, QTYPE_F32, (const void *)(uintptr_t)4, 8, 64, NULL, NULL, &e) == ERR_USAGE);   /* align */
+    err_clear(&e);
+    CHECK(cuda_act_quant(g_cu, QTYPE_Q5_0, NULL, NULL, 256, 1, &e) == ERR_UNSUPPORTED);
     CHECK(cuda_act_bytes(QTYPE_Q4_K, 100) == 0);
     CHECK(cuda_act_bytes(QTYPE_Q4_K, 512) == 2 * 292);
+    CHECK(cuda_act_bytes(QTYPE_Q5_K, 512) == 2 * 292);
     CHECK(cuda_act_bytes(QTYPE_Q8_0, 64) == 2 * 34);
+    CHECK(cuda_act_bytes(QTYPE_Q4_0, 64) == 2 * 34);
+    CHECK(cuda_act_bytes(QTYPE_Q4_0, 48) == 0);
+    CHECK(cuda_act_bytes(QTYPE_F32, 10) == 40);
+    CHECK(cuda_act_bytes(QTYPE_F16, 10) == 20);
+    CHECK(cuda_act_bytes(QTYPE_BF16, 10) == 20);
 }
 
 /* ==== bench ==== */
@@ -471,6 +526,14 @@ static void bench(void)
         {"decode: 8 of 128 experts Q4_K 768x2048 (ids)", QTYPE_Q4_K, 768, 2048, 128, 8},
         {"head Q6_K 151936x2048", QTYPE_Q6_K, 151936, 2048, 1, 1},
         {"attention Q8_0 4096x2048, 32 matrices", QTYPE_Q8_0, 4096, 2048, 32, 32},
+        {"experts gate/up Q5_K 768x2048, 128 matrices", QTYPE_Q5_K, 768, 2048, 128, 128},
+        {"experts down Q5_K 2048x768, 128 matrices", QTYPE_Q5_K, 2048, 768, 128, 128},
+        {"experts gate/up Q4_0 768x2048, 128 matrices", QTYPE_Q4_0, 768, 2048, 128, 128},
+        {"experts down Q4_0 2048x768, 128 matrices", QTYPE_Q4_0, 2048, 768, 128, 128},
+        {"router F32 128x2048, 1 matrix (L2-resident: latency)", QTYPE_F32, 128, 2048, 1, 1},
+        {"router F32 128x2048, 64 matrices", QTYPE_F32, 128, 2048, 64, 64},
+        {"F16 2048x2048, 32 matrices", QTYPE_F16, 2048, 2048, 32, 32},
+        {"BF16 2048x2048, 32 matrices", QTYPE_BF16, 2048, 2048, 32, 32},
     };
     printf("\n| case | weight MB read | median us | GB/s | of read probe | of copy |\n|---|---|---|---|---|---|\n");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -508,7 +571,13 @@ int main(int argc, char **argv)
     const int do_bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
     const int do_info = argc > 1 && strcmp(argv[1], "--info") == 0;
     err e = {0};
-    if (cuda_open(&g_cu, 0, &e) != 0) {
+    const int orc = cuda_open(&g_cu, 0, &e);
+    if (orc != 0 && orc != ERR_UNSUPPORTED) {   /* a GPU that fails to set up is a failure, not a skip */
+        fprintf(stderr, "cuda: cuda_open failed: %s\n", e.msg);
+        test_g.failed++;
+        return test_summary("cuda");
+    }
+    if (orc != 0) {
         printf("cuda: skipped: %s\n", e.msg);
         if (do_info) return 3;
         test_g.passed++;   /* the skip counts as passed: no GPU is not a failure */

@@ -6,10 +6,15 @@
  *
  * The emulation: the activation row (CPU act_quant, which the device
  * reproduces bit for bit) is unpacked with qd_unpack_* exactly as the
- * kernel unpacks it into shared memory; lane l sums items l, l + 32, ...
- * and the 32 lane sums are added as the shuffle tree does. Tolerance as in
- * test_cuda: NMSE < 1e-10 (integer sums are exact; only float rounding
- * order differs). */
+ * kernel unpacks it into shared memory (F32/F16/BF16: read raw, as the
+ * kernel does); lane l sums items l, l + 32, ... and the 32 lane sums are
+ * added as the shuffle tree does. Tolerance as in test_cuda: NMSE < 1e-10
+ * (integer sums are exact; only float rounding order differs).
+ *
+ * test_emu_half_conv checks the device's f16 / bf16 activation conversions
+ * (qd_f2h, qd_f2bf: the code cuda_act_quant runs) against util/fp16.h's
+ * fp32_to_fp16 / fp32_to_bf16 bit for bit: a stride over all 2^32 float
+ * bit patterns plus every f16 rounding tie and its neighbours. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +26,7 @@ extern "C" {
 #include "quant/qtype.h"
 #include "quant/quant.h"
 #include "util/cpu.h"
+#include "util/fp16.h"
 }
 #include "backend/cuda/cuda_qdot.cuh"
 
@@ -35,13 +41,37 @@ static float frand(void)
 
 typedef float (*item_fn)(const uint8_t *, const int8_t *, const float *, const int16_t *, int);
 
+/* float weights: the raw activation row is passed as xq */
+static float item_f32(const uint8_t *w, const int8_t *x, const float *, const int16_t *, int it)
+{
+    return qd_item_f32(w, (const uint8_t *)x, it);
+}
+static float item_f16(const uint8_t *w, const int8_t *x, const float *, const int16_t *, int it)
+{
+    return qd_item_f16(w, (const uint8_t *)x, it);
+}
+static float item_bf16(const uint8_t *w, const int8_t *x, const float *, const int16_t *, int it)
+{
+    return qd_item_bf16(w, (const uint8_t *)x, it);
+}
+
 static void check(int wtype, int rows, int k)
 {
     const qtype_info *qi = qtype_get(wtype);
     const size_t rb = (size_t)(k / qi->blck) * qi->type_size;
     const int nb = k / qi->blck;
-    item_fn item = wtype == QTYPE_Q4_K ? qd_item_q4_K : wtype == QTYPE_Q6_K ? qd_item_q6_K : qd_item_q8_0;
-    const int ipb = wtype == QTYPE_Q4_K ? QD_Q4K_ITEMS : wtype == QTYPE_Q6_K ? QD_Q6K_ITEMS : QD_Q80_ITEMS;
+    item_fn item;
+    int nit;   /* items a row */
+    switch (wtype) {
+    case QTYPE_Q4_K: item = qd_item_q4_K; nit = nb * QD_Q4K_ITEMS; break;
+    case QTYPE_Q5_K: item = qd_item_q5_K; nit = nb * QD_Q5K_ITEMS; break;
+    case QTYPE_Q6_K: item = qd_item_q6_K; nit = nb * QD_Q6K_ITEMS; break;
+    case QTYPE_Q4_0: item = qd_item_q4_0; nit = nb * QD_Q40_ITEMS; break;
+    case QTYPE_F32: item = item_f32; nit = k / QD_F32_PER_ITEM; break;
+    case QTYPE_F16: item = item_f16; nit = k / QD_F16_PER_ITEM; break;
+    case QTYPE_BF16: item = item_bf16; nit = k / QD_F16_PER_ITEM; break;
+    default: item = qd_item_q8_0; nit = nb * QD_Q80_ITEMS; break;
+    }
     uint8_t *w = (uint8_t *)malloc(rb * rows);
     float *f = (float *)malloc(sizeof(float) * k);
     err e = {0, {0}};
@@ -61,17 +91,20 @@ static void check(int wtype, int rows, int k)
     int8_t *sxq = (int8_t *)malloc(k);
     float *sxd = (float *)malloc(sizeof(float) * (k / 32));
     int16_t *sxbs = (int16_t *)malloc(sizeof(int16_t) * (k / 16));
+    const int8_t *xs = sxq;
     if (dt == QTYPE_Q8_K)
         for (int i = 0; i < nb * 73; i++) qd_unpack_q8_K(xq, i, sxq, sxd, sxbs);
-    else
+    else if (dt == QTYPE_Q8_0)
         for (int i = 0; i < nb * 17; i++) qd_unpack_q8_0(xq, i, sxq, sxd);
+    else
+        xs = (const int8_t *)xq;   /* F32 / F16 / BF16: the kernel reads the row raw */
 
     double num = 0, den = 0;
     for (int r = 0; r < rows; r++) {
         float lane_acc[32];
         for (int l = 0; l < 32; l++) {
             float a = 0.f;
-            for (int it = l; it < nb * ipb; it += 32) a += item(w + r * rb, sxq, sxd, sxbs, it);
+            for (int it = l; it < nit; it += 32) a += item(w + r * rb, xs, sxd, sxbs, it);
             lane_acc[l] = a;
         }
         for (int o = 16; o > 0; o >>= 1)   /* __shfl_xor tree: lane l gets l + (l ^ o) */
@@ -88,13 +121,61 @@ static void check(int wtype, int rows, int k)
 }
 
 TEST(test_emu_q4_K) { check(QTYPE_Q4_K, 24, 2048); check(QTYPE_Q4_K, 24, 768); }
+TEST(test_emu_q5_K) { check(QTYPE_Q5_K, 24, 2048); check(QTYPE_Q5_K, 24, 768); }
 TEST(test_emu_q6_K) { check(QTYPE_Q6_K, 24, 2048); check(QTYPE_Q6_K, 24, 768); }
 TEST(test_emu_q8_0) { check(QTYPE_Q8_0, 24, 2048); check(QTYPE_Q8_0, 24, 768); }
+TEST(test_emu_q4_0) { check(QTYPE_Q4_0, 24, 2048); check(QTYPE_Q4_0, 24, 768); }
+TEST(test_emu_float)
+{
+    check(QTYPE_F32, 24, 2048);
+    check(QTYPE_F32, 24, 68);   /* 17 items: the direct kernel's short rows */
+    check(QTYPE_F16, 24, 2048);
+    check(QTYPE_F16, 24, 136);
+    check(QTYPE_BF16, 24, 2048);
+    check(QTYPE_BF16, 24, 136);
+}
+
+static int g_conv_bad;
+static void conv_one(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    if (qd_f2h(f) != fp32_to_fp16(f) || qd_f2bf(f) != fp32_to_bf16(f)) {
+        if (g_conv_bad++ < 5)
+            fprintf(stderr, "  conv %08x: f16 %04x vs %04x, bf16 %04x vs %04x\n", u, qd_f2h(f), fp32_to_fp16(f),
+                    qd_f2bf(f), fp32_to_bf16(f));
+    }
+}
+
+TEST(test_emu_half_conv)
+{
+    g_conv_bad = 0;
+    uint64_t n = 0;
+    for (uint64_t u = 0; u <= 0xffffffffull; u += 997, n++) conv_one((uint32_t)u);
+    /* every f16 value h: the float halfway to h + 1 (a tie) and its two
+     * float neighbours, both signs; normal, subnormal and overflow ranges */
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        const float lo = fp16_to_fp32((uint16_t)h), hi = h + 1 < 0x7c00 ? fp16_to_fp32((uint16_t)(h + 1)) : 65536.f;
+        const float mid = lo + (hi - lo) * 0.5f;
+        uint32_t m;
+        memcpy(&m, &mid, 4);
+        for (uint32_t d = 0; d < 3; d++)
+            for (uint32_t s = 0; s < 2; s++, n++) conv_one(((m + d - 1) & 0x7fffffffu) | s << 31);
+    }
+    const uint32_t sp[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffa5a5a5u, 0x00000001u, 0x80000000u};
+    for (unsigned i = 0; i < sizeof sp / sizeof sp[0]; i++, n++) conv_one(sp[i]);
+    printf("  emu f16/bf16 conversions: %llu values, %d differ\n", (unsigned long long)n, g_conv_bad);
+    CHECK_MSG(g_conv_bad == 0, "%d conversions differ from util/fp16.h", g_conv_bad);
+}
 
 int main(void)
 {
     RUN(test_emu_q4_K);
+    RUN(test_emu_q5_K);
     RUN(test_emu_q6_K);
     RUN(test_emu_q8_0);
+    RUN(test_emu_q4_0);
+    RUN(test_emu_float);
+    RUN(test_emu_half_conv);
     return test_summary("cuda_emu");
 }

@@ -83,20 +83,24 @@ int  cuda_read_probe(cuda_ctx *c, const void *buf_dev, size_t bytes, uint32_t *s
 
 /* ==== Activation quantization ====
  * The matvec for weight type wtype reads its input already quantized to the
- * weight's dot type (Q8_K for Q4_K/Q6_K, Q8_0 for Q8_0), as the CPU does.
- * cuda_act_bytes: bytes of one quantized row of n elements for weights of
- * type wtype; 0 if wtype is unsupported or n is not a whole number of blocks.
+ * weight's dot type (qtype dot_type), as the CPU does: Q8_K for
+ * Q4_K/Q5_K/Q6_K, Q8_0 for Q8_0/Q4_0, f16 for F16, bf16 for BF16, f32 for
+ * F32. cuda_act_bytes: bytes of one quantized row of n elements for
+ * weights of type wtype; 0 if wtype is unsupported or n is not a whole
+ * number of blocks (float types: any n > 0).
  *
  * cuda_act_quant quantizes `rows` rows of n floats (x, row-major) into xq
  * (rows * cuda_act_bytes(wtype, n) bytes, rows back to back), BIT-IDENTICAL
  * to the CPU's act_quant of the dot type (quant_ref_quant_q8_K: first
- * largest |x| sets the sign of the scale, nearest-even, q <= 127; and
+ * largest |x| sets the sign of the scale, nearest-even, q <= 127;
  * quant_ref_act_quant_q8_0: q = round-half-even(x * (127/amax)), d =
- * half(amax/127)). Input must be finite. Enqueued. */
+ * half(amax/127); f16 / bf16: fp32_to_fp16 / fp32_to_bf16, round to
+ * nearest even, inf/NaN as those; f32: a copy). Q8 inputs must be finite.
+ * Enqueued. */
 size_t cuda_act_bytes(int wtype, int64_t n);
 int  cuda_act_quant(cuda_ctx *c, int wtype, const float *x_dev, void *xq_dev, int64_t n, int rows, err *e);
 
-/* ==== Quantized matvec ====
+/* ==== Quantized matvec (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, F32, F16, BF16) ====
  * For b in [0, n_batch): matrix m = ids ? ids[b] : b, whose `rows` rows of k
  * weights lie back to back at w + m * w_stride (ggml row layout, rows of
  * k/blck blocks); input row xb at xq + b * x_stride (already quantized by
@@ -105,19 +109,24 @@ int  cuda_act_quant(cuda_ctx *c, int wtype, const float *x_dev, void *xq_dev, in
  *
  * Per block the arithmetic is the CPU dot's (quant_ref_dot_*): integer
  * products and sums per (sub-)block, then float scaling with the same
- * factors (d_w * d_x, and dmin_w * d_x for the Q4_K mins). Blocks are
- * split across a warp and summed in a different order than the CPU's, so
- * results agree up to float rounding (tests: NMSE < 1e-10).
+ * factors (d_w * d_x, and dmin_w * d_x for the Q4_K/Q5_K mins). Float
+ * weights: the CPU's float products (exact for f16 and bf16), summed in
+ * float instead of double. Blocks are split across a warp and summed in a
+ * different order than the CPU's, so results agree up to float rounding
+ * (tests: NMSE < 1e-10).
  *
- * Alignment: w 16-byte aligned for Q4_K; 2-byte for Q6_K / Q8_0 (any row
- * size: the kernel stages whole tiles with 16-byte copies and copies the
- * unaligned ends byte-wise). xq: 4-byte aligned for Q8_K, 2 for Q8_0.
+ * Alignment: w (and w_stride) 16-byte aligned for Q4_K, Q5_K, F32, F16,
+ * BF16; 2-byte for Q6_K / Q8_0 / Q4_0 (any row size: the kernel stages
+ * whole tiles with 16-byte copies and copies the unaligned ends
+ * byte-wise). xq (and x_stride): 4-byte aligned for Q8_K, 2 for Q8_0, 16
+ * for f32/f16/bf16 activations. GGUF tensor data is 32-byte aligned.
  * ids: device int32, each in [0, number of matrices): not checked.
- * Limits: k a multiple of 256 (K-quants) or 32 (Q8_0); one tile of 4 rows
- * plus the activations must fit in the device's shared memory
- * (k up to about 40000 for Q8_0). Enqueued. */
+ * Limits: k a multiple of 256 (K-quants), 32 (Q8_0, Q4_0), 4 (F32) or 8
+ * (F16, BF16); one row of weights (tiles shrink to 1 row when 4 rows
+ * exceed 64 KB) plus the unpacked activation must fit in the device's
+ * shared memory (k up to about 100000 for Q8_0, 58000 for F32). Enqueued. */
 typedef struct cuda_matvec_args {
-    int            wtype;     /* QTYPE_Q4_K, QTYPE_Q6_K or QTYPE_Q8_0 (quant/qtype.h ids) */
+    int            wtype;     /* QTYPE_Q4_K/Q5_K/Q6_K/Q8_0/Q4_0/F32/F16/BF16 (quant/qtype.h ids) */
     const void    *w;         /* device */
     size_t         w_stride;  /* bytes from matrix m to m + 1 */
     const int32_t *ids;       /* device, n_batch entries, or NULL */
@@ -153,6 +162,72 @@ int  cuda_rmsnorm(cuda_ctx *c, float *y_dev, const float *x_dev, const float *w_
 int  cuda_swiglu(cuda_ctx *c, float *h_dev, const float *g_dev, const float *u_dev, int64_t n, err *e);
 int  cuda_router_topk(cuda_ctx *c, const float *logits_dev, int n_expert, int k, int rows, int32_t *ids_dev,
                       float *weights_dev, err *e);
+
+/* ==== The rest of the decode token path (cuda_layer.cu) ====
+ * Each function is enqueued on the context's stream and reproduces the CPU
+ * function named (model/ops.h, quant/quant.h, qwen3moe.c) as stated; none
+ * reads host memory, so a whole token runs without a host round trip.
+ *
+ * cuda_get_rows: out[r][0..n) = dequant(row ids[r] of w) for r < rows,
+ *   w a (n_rows_w, n) matrix of type wtype, row stride row_bytes (>= the
+ *   type's row size; any alignment). Types: F32, F16, BF16, Q4_0, Q4_1,
+ *   Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (else ERR_UNSUPPORTED).
+ *   ids a device int32 array (values checked against n_rows_w on the
+ *   device: an id out of range writes zeros and sets *bad_dev (device
+ *   int32, may be NULL; never cleared) to 1). rows <= 65535.
+ *   Bit-identical to quant_dequantize (quant_ref.c), NaN halves included.
+ * cuda_rope_neox: x holds `rows` rows of n_head heads of head_dim floats
+ *   (row stride n_head*head_dim); row r at position pos_dev[r] (device
+ *   int32) is rotated in place by the NeoX RoPE of ops_rope_cache +
+ *   ops_rope_neox over the first n_rot dims (n_rot even, <= head_dim,
+ *   <= 1024). theta_scale = powf(base, -2.0f/n_rot) is computed on the
+ *   host (the CPU's bits), theta is the CPU's chain of float products,
+ *   the rotation the CPU's rounded products and sums; only cos/sin differ:
+ *   the device rounds a double sincos (correctly rounded), glibc's
+ *   cosf/sinf are within 1 ulp of that. So outputs are bit-identical where
+ *   cos/sin agree and within 2.5e-7 * (|x0| + |x1|) everywhere.
+ * cuda_kv_store: writes rows of kvd floats from src into the cache at
+ *   rows pos_dev[0] .. pos_dev[0]+rows-1 (cache row stride kvd), as f16
+ *   (fp32_to_fp16: round to nearest even, NaN payloads, bit-identical)
+ *   when f16 else f32. The caller keeps pos + rows within the cache.
+ * cuda_attention_decode: for each of n_q query rows i (query row stride
+ *   n_head*head_dim, at position pos_dev[0] + i) and each head h (kv head
+ *   h / (n_head/n_head_kv)), out = softmax(scale * q.K^T) V over cache
+ *   positions 0..pos+i (causal), K/V caches f16 or f32 with row stride
+ *   n_head_kv*head_dim, as ops_attention (float dots, softmax with max
+ *   subtraction, expf): dots, exps and sums in other orders (online
+ *   softmax split over warps and a cluster of CTAs), so per element
+ *   |gpu - cpu| <= 1e-5 * sum_j p_j |v_j[d]| (relative to the terms summed;
+ *   an output can cancel to ~0, where plain relative error means nothing).
+ *   Output rows have q's layout; out may be q itself (in place), else the
+ *   two must not overlap. head_dim a multiple of 8, <= 256; n_head a
+ *   multiple of n_head_kv; n_q <= 65535; k/v 16-byte aligned (cuda_alloc);
+ *   positions up to the cache size (any n_ctx; no scratch memory).
+ * cuda_moe_combine: for each row r < rows: x[r] += sum over t < k, in
+ *   order t = 0..k-1 ((e0 + e1) + e2 ...), of weights[r*k+t] *
+ *   eout[(r*k+t)][0..n) (eout rows back to back, n floats each) -- the
+ *   weighted sum first, then added to the residual, as qwen3moe.c does;
+ *   bit-identical given the same inputs (plain float ops, no FMA
+ *   contraction).
+ * cuda_add: y[i] = a[i] + b[i] for i < n (y may alias a or b).
+ * cuda_argmax: out_dev[r] = the CPU greedy sampler's pick for row r's n
+ *   floats (rows back to back): the lowest index of the largest value,
+ *   NaN never chosen over a number -- except that, as the CPU scan starts
+ *   at index 0 and moves only to a strictly greater value, a NaN at index
+ *   0 answers 0 (and so does a row of NaNs). rows <= 65535, n < 2^31. */
+int  cuda_get_rows(cuda_ctx *c, int wtype, const void *w_dev, size_t row_bytes, int64_t n_rows_w, int64_t n,
+                   const int32_t *ids_dev, int rows, float *out_dev, int32_t *bad_dev, err *e);
+int  cuda_rope_neox(cuda_ctx *c, float *x_dev, int rows, int n_head, int head_dim, int n_rot,
+                    const int32_t *pos_dev, float freq_base, float freq_scale, err *e);
+int  cuda_kv_store(cuda_ctx *c, void *cache_dev, int f16, const float *src_dev, int rows, int64_t kvd,
+                   const int32_t *pos_dev, err *e);
+int  cuda_attention_decode(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
+                           int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,
+                           const int32_t *pos_dev, float scale, err *e);
+int  cuda_moe_combine(cuda_ctx *c, float *x_dev, const float *eout_dev, const float *weights_dev, int rows, int k,
+                      int64_t n, err *e);
+int  cuda_add(cuda_ctx *c, float *y_dev, const float *a_dev, const float *b_dev, int64_t n, err *e);
+int  cuda_argmax(cuda_ctx *c, int32_t *out_dev, const float *x_dev, int rows, int64_t n, err *e);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
-/* cuda_matvec.cu: activation quantization (Q8_K, Q8_0) and the quantized
- * decode matvec for Q4_K / Q6_K / Q8_0 weights.
+/* cuda_matvec.cu: activation quantization (Q8_K, Q8_0, f16, bf16, f32) and
+ * the decode matvec for Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / F32 / F16 / BF16
+ * weights.
  *
  * Matvec design (bandwidth-bound: every weight byte is read once, ~0.56 B
  * per weight for Q4_K, so the kernel must keep HBM busy, not the ALUs):
@@ -18,7 +19,11 @@
  * loads in flight per SM, what HBM3e needs at this latency.
  * A second, direct kernel (k_matvec_direct, below) takes rows of fewer
  * than 32 items (Q4_K K = 768), where a warp per row idles lanes; the
- * H200 A/B (bench/RESULTS.md, issue 9) chose the kernel per shape. */
+ * H200 A/B (bench/RESULTS.md, issue 9) chose the kernel per shape.
+ * Float weights (F32/F16/BF16) use the same two kernels with 16-byte items
+ * and read their (float-sized) activation row straight from global memory
+ * instead of unpacking it; short grids (the F32 router, 128 rows) get
+ * tiles of 1 or 2 rows whose items the CTA's warps split. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,13 +110,28 @@ __global__ void k_quant_q8_0(const float *__restrict__ x, uint8_t *__restrict__ 
     if (lane == 0) qd_st16(ob, __half_as_ushort(__float2half_rn(am / 127.f)));
 }
 
+/* f16 / bf16 activations (F16 / BF16 weights): one value a thread,
+ * grid-stride, qd_f2h / qd_f2bf = fp32_to_fp16 / fp32_to_bf16 bit for bit
+ * (round to nearest even; NaN quieted as the CPU does). */
+template <int BF>
+__global__ void k_quant_half(const float *__restrict__ x, uint16_t *__restrict__ out, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = BF ? qd_f2bf(x[i]) : qd_f2h(x[i]);
+}
+
 extern "C" size_t cuda_act_bytes(int wtype, int64_t n)
 {
-    if (n <= 0) return 0;
+    if (n <= 0 || n > ((int64_t)1 << 40)) return 0;
     switch (wtype) {
     case QTYPE_Q4_K:
+    case QTYPE_Q5_K:
     case QTYPE_Q6_K: return n % CQK_K ? 0 : (size_t)(n / CQK_K) * CQ8_K_BYTES;
-    case QTYPE_Q8_0: return n % CQK8_0 ? 0 : (size_t)(n / CQK8_0) * CQ8_0_BYTES;
+    case QTYPE_Q8_0:
+    case QTYPE_Q4_0: return n % CQK8_0 ? 0 : (size_t)(n / CQK8_0) * CQ8_0_BYTES;
+    case QTYPE_F32: return (size_t)n * 4;
+    case QTYPE_F16:
+    case QTYPE_BF16: return (size_t)n * 2;
     default: return 0;
     }
 }
@@ -122,7 +142,17 @@ extern "C" int cuda_act_quant(cuda_ctx *c, int wtype, const float *x, void *xq, 
         return err_setf(e, ERR_UNSUPPORTED, "cuda_act_quant: weight type %s with n=%lld rows=%d", qtype_name(wtype),
                         (long long)n, rows);
     const int wpb = 8;   /* warps (blocks) per CTA */
-    if (wtype == QTYPE_Q8_0) {
+    if (wtype == QTYPE_F32) {   /* the CPU's quant_f32 is a copy */
+        if ((const void *)x == xq) return 0;
+        return cuda_fail(e, cudaMemcpyAsync(xq, x, (size_t)n * rows * 4, cudaMemcpyDeviceToDevice, c->stream),
+                         "act quant f32 copy");
+    }
+    if (wtype == QTYPE_F16 || wtype == QTYPE_BF16) {
+        const int64_t nn = n * rows, nblk = (nn + 255) / 256;
+        const unsigned grid = (unsigned)(nblk < 65536 ? nblk : 65536);
+        if (wtype == QTYPE_F16) k_quant_half<0><<<grid, 256, 0, c->stream>>>(x, (uint16_t *)xq, nn);
+        else k_quant_half<1><<<grid, 256, 0, c->stream>>>(x, (uint16_t *)xq, nn);
+    } else if (wtype == QTYPE_Q8_0 || wtype == QTYPE_Q4_0) {
         const int64_t nb = n / CQK8_0 * rows;
         k_quant_q8_0<<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, (uint8_t *)xq, nb);
     } else {
@@ -168,27 +198,87 @@ __device__ __forceinline__ int stage_tile(uint8_t *s, const uint8_t *g, size_t n
 
 #define MV_WARPS 4
 
+/* Per weight type: BE weights per block (float types: per 16-byte item),
+ * BB bytes per block, IPB items per block, ACT how the activation row is
+ * read (unpacked from Q8_K or Q8_0 blocks into shared memory, or RAW from
+ * global memory), WAL / XAL the alignment weights / activation rows need. */
+enum { MV_ACT_Q8K, MV_ACT_Q80, MV_ACT_RAW };
 template <int QT> struct mv_traits;
-template <> struct mv_traits<QTYPE_Q4_K> { enum { BE = 256, BB = CQ4_K_BYTES, IPB = QD_Q4K_ITEMS, KQ = 1 }; };
-template <> struct mv_traits<QTYPE_Q6_K> { enum { BE = 256, BB = CQ6_K_BYTES, IPB = QD_Q6K_ITEMS, KQ = 1 }; };
-template <> struct mv_traits<QTYPE_Q8_0> { enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, KQ = 0 }; };
+template <> struct mv_traits<QTYPE_Q4_K> {
+    enum { BE = 256, BB = CQ4_K_BYTES, IPB = QD_Q4K_ITEMS, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4 };
+};
+template <> struct mv_traits<QTYPE_Q5_K> {
+    enum { BE = 256, BB = QD_Q5K_BYTES, IPB = QD_Q5K_ITEMS, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4 };
+};
+template <> struct mv_traits<QTYPE_Q6_K> {
+    enum { BE = 256, BB = CQ6_K_BYTES, IPB = QD_Q6K_ITEMS, ACT = MV_ACT_Q8K, WAL = 2, XAL = 4 };
+};
+template <> struct mv_traits<QTYPE_Q8_0> {
+    enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
+};
+template <> struct mv_traits<QTYPE_Q4_0> {
+    enum { BE = 32, BB = QD_Q40_BYTES, IPB = QD_Q40_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
+};
+template <> struct mv_traits<QTYPE_F32> {
+    enum { BE = QD_F32_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16 };
+};
+template <> struct mv_traits<QTYPE_F16> {
+    enum { BE = QD_F16_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16 };
+};
+template <> struct mv_traits<QTYPE_BF16> {
+    enum { BE = QD_F16_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16 };
+};
 
+/* xq: the unpacked int8 quants in shared memory, or (RAW) the activation
+ * row in global memory */
 template <int QT>
 __device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
 {
     if (QT == QTYPE_Q4_K) return qd_item_q4_K(w, xq, xd, xbs, it);
+    if (QT == QTYPE_Q5_K) return qd_item_q5_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q6_K) return qd_item_q6_K(w, xq, xd, xbs, it);
+    if (QT == QTYPE_Q4_0) return qd_item_q4_0(w, xq, xd, xbs, it);
+    if (QT == QTYPE_F32) return qd_item_f32(w, (const uint8_t *)xq, it);
+    if (QT == QTYPE_F16) return qd_item_f16(w, (const uint8_t *)xq, it);
+    if (QT == QTYPE_BF16) return qd_item_bf16(w, (const uint8_t *)xq, it);
     return qd_item_q8_0(w, xq, xd, xbs, it);
 }
 
 /* Shared-memory layout of one CTA (host and device agree through these). */
 __host__ __device__ __forceinline__ size_t mv_tile_bytes(int R, int rb) { return ((size_t)R * rb + 32 + 15) & ~(size_t)15; }
-__host__ __device__ __forceinline__ size_t mv_act_bytes(int k, int be)
+__host__ __device__ __forceinline__ size_t mv_act_bytes(int act, int k, int be)
 {
+    if (act == MV_ACT_RAW) return 0;
     return (size_t)k + 4 * (size_t)(k / be) + 2 * (size_t)(k / 16) + 16;
 }
 
-/* grid: (ceil(rows / R), n_batch); block: 32 * MV_WARPS threads. */
+/* The CTA unpacks the activation row gx into shared memory at s (int8
+ * quants, then float scales, then int16 bsums, as cuda_qdot.cuh describes)
+ * and returns what the items read as xq: the unpacked quants, or gx itself
+ * for RAW rows. */
+template <int QT>
+__device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s, int k, float **sxd, int16_t **sxbs)
+{
+    typedef mv_traits<QT> T;
+    const int nb = k / T::BE;
+    int8_t *sxq = (int8_t *)s;
+    *sxd = (float *)(s + k);
+    *sxbs = (int16_t *)(s + k + 4 * nb);
+    if (T::ACT == MV_ACT_Q8K) {
+        for (int w = threadIdx.x; w < nb * 73; w += blockDim.x) qd_unpack_q8_K(gx, w, sxq, *sxd, *sxbs);
+    } else if (T::ACT == MV_ACT_Q80) {
+        for (int w = threadIdx.x; w < nb * 17; w += blockDim.x) qd_unpack_q8_0(gx, w, sxq, *sxd);
+    } else {
+        return (const int8_t *)gx;
+    }
+    return sxq;
+}
+
+/* grid: (ceil(rows / R), n_batch); block: 32 * MV_WARPS threads.
+ * R >= MV_WARPS: warp w computes rows w, w + MV_WARPS, ...; R = 1 or 2 (a
+ * grid too short to fill the GPU): the MV_WARPS / R warps of a row split
+ * its items (warp part p takes items lane + 32 p, step 32 MV_WARPS / R) and
+ * their sums meet in shared memory, added in part order (deterministic). */
 template <int QT>
 __global__ void __launch_bounds__(32 * MV_WARPS)
 k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k, int R,
@@ -196,6 +286,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
 {
     typedef mv_traits<QT> T;
     extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ float red[MV_WARPS];
     const int nb = k / T::BE, rb = nb * T::BB;
     const int b = blockIdx.y;
     const int mat = ids ? ids[b] : b;
@@ -205,30 +296,42 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
     const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
     uint8_t *tile = smem;
     const size_t tb = mv_tile_bytes(R, rb);
-    int8_t *sxq = (int8_t *)(smem + tb);
-    float *sxd = (float *)(smem + tb + k);
-    int16_t *sxbs = (int16_t *)(smem + tb + k + 4 * nb);
 
     const int shift = stage_tile(tile, g, (size_t)nr * rb);
 
-    const uint8_t *gx = xq + (size_t)b * x_stride;
-    if (T::KQ) {
-        for (int w = threadIdx.x; w < nb * 73; w += blockDim.x) qd_unpack_q8_K(gx, w, sxq, sxd, sxbs);
-    } else {
-        for (int w = threadIdx.x; w < nb * 17; w += blockDim.x) qd_unpack_q8_0(gx, w, sxq, sxd);
-    }
+    float *sxd;
+    int16_t *sxbs;
+    const int8_t *xs = mv_unpack<QT>(xq + (size_t)b * x_stride, smem + tb, k, &sxd, &sxbs);
     cp_async_wait_all();
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nit = nb * T::IPB;
-    for (int i = warp; i < nr; i += MV_WARPS) {
-        const uint8_t *wrow = tile + shift + (size_t)i * rb;
-        float acc = 0.f;
-        for (int it = lane; it < nit; it += 32) acc += mv_item<QT>(wrow, sxq, sxd, sxbs, it);
+    if (R >= MV_WARPS) {
+        for (int i = warp; i < nr; i += MV_WARPS) {
+            const uint8_t *wrow = tile + shift + (size_t)i * rb;
+            float acc = 0.f;
+            for (int it = lane; it < nit; it += 32) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it);
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0) y[(size_t)b * y_stride + r0 + i] = acc;
+            for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            if (lane == 0) y[(size_t)b * y_stride + r0 + i] = acc;
+        }
+        return;
+    }
+    const int wpr = MV_WARPS / R, i = warp % R, part = warp / R;
+    float acc = 0.f;
+    if (i < nr) {   /* warp-uniform */
+        const uint8_t *wrow = tile + shift + (size_t)i * rb;
+        for (int it = lane + 32 * part; it < nit; it += 32 * wpr) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) red[warp] = acc;
+    __syncthreads();
+    if ((int)threadIdx.x < nr) {
+        float s = red[threadIdx.x];
+        for (int p = 1; p < wpr; p++) s += red[threadIdx.x + R * p];
+        y[(size_t)b * y_stride + r0 + threadIdx.x] = s;
     }
 }
 
@@ -286,15 +389,9 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
             asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a < (uintptr_t)g ? (uintptr_t)g : a));
     }
 
-    int8_t *sxq = (int8_t *)smem;
-    float *sxd = (float *)(smem + k);
-    int16_t *sxbs = (int16_t *)(smem + k + 4 * nb);
-    const uint8_t *gx = xq + (size_t)b * x_stride;
-    if (T::KQ) {
-        for (int w = threadIdx.x; w < nb * 73; w += blockDim.x) qd_unpack_q8_K(gx, w, sxq, sxd, sxbs);
-    } else {
-        for (int w = threadIdx.x; w < nb * 17; w += blockDim.x) qd_unpack_q8_0(gx, w, sxq, sxd);
-    }
+    float *sxd;
+    int16_t *sxbs;
+    const int8_t *xs = mv_unpack<QT>(xq + (size_t)b * x_stride, smem, k, &sxd, &sxbs);
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -313,7 +410,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
 #pragma unroll
             for (int u = 0; u < MVD_U; u++) {
                 const int it = c + sl + S * u;
-                const float v = mv_item<QT>(wrow, sxq, sxd, sxbs, min(it, nit - 1));
+                const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1));
                 acc += it < nit ? v : 0.f;
             }
         }
@@ -322,57 +419,58 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     }
 }
 
+/* Dynamic shared memory may use the opt-in limit less the kernel's static
+ * shared memory (k_matvec's reduction array): MV_SMEM_STATIC bytes, which
+ * mv_run keeps free as well. */
+#define MV_SMEM_STATIC 64
 template <int QT>
-static int mvd_attr(int lim, err *e)
+static int mv_attr(int lim, err *e)
 {
-    return cuda_fail(e, cudaFuncSetAttribute(k_matvec_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
-                     "matvec smem attribute");
+    static_assert(sizeof(float) * MV_WARPS <= MV_SMEM_STATIC, "k_matvec static shared memory");
+    int r = cuda_fail(e, cudaFuncSetAttribute(k_matvec<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              lim - MV_SMEM_STATIC),
+                      "matvec smem attribute");
+    if (!r)
+        r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              lim - MV_SMEM_STATIC),
+                      "matvec smem attribute");
+    return r;
+}
+
+int cuda_matvec_init(cuda_ctx *c, err *e)
+{
+    const int lim = (int)c->info.smem_per_block_optin;
+    int r = 0;
+    if ((r = mv_attr<QTYPE_Q4_K>(lim, e)) || (r = mv_attr<QTYPE_Q5_K>(lim, e)) || (r = mv_attr<QTYPE_Q6_K>(lim, e)) ||
+        (r = mv_attr<QTYPE_Q8_0>(lim, e)) || (r = mv_attr<QTYPE_Q4_0>(lim, e)) || (r = mv_attr<QTYPE_F32>(lim, e)) ||
+        (r = mv_attr<QTYPE_F16>(lim, e)) || (r = mv_attr<QTYPE_BF16>(lim, e)))
+        return r;
+    return 0;
 }
 
 /* Which matvec cuda_matvec_batch launches is chosen by shape alone: the
  * direct kernel for rows of fewer than 32 items (Q4_K K = 768), the tile
  * kernel otherwise: what measured faster on the H200 (bench/RESULTS.md,
  * issue 9, where the A/B build that forced either kernel is described). */
-
-int cuda_matvec_init(cuda_ctx *c, err *e)
+template <int QT>
+static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
 {
-    const int lim = (int)c->info.smem_per_block_optin;
-    int r = 0;
-    if ((r = cuda_fail(e, cudaFuncSetAttribute(k_matvec<QTYPE_Q4_K>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
-                       "matvec smem attribute")) ||
-        (r = cuda_fail(e, cudaFuncSetAttribute(k_matvec<QTYPE_Q6_K>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
-                       "matvec smem attribute")) ||
-        (r = cuda_fail(e, cudaFuncSetAttribute(k_matvec<QTYPE_Q8_0>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
-                       "matvec smem attribute")) ||
-        (r = mvd_attr<QTYPE_Q4_K>(lim, e)) || (r = mvd_attr<QTYPE_Q6_K>(lim, e)) || (r = mvd_attr<QTYPE_Q8_0>(lim, e)))
-        return r;
-    return 0;
-}
-
-extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
-{
-    int be, bb;
-    switch (a->wtype) {
-    case QTYPE_Q4_K: be = 256; bb = CQ4_K_BYTES; break;
-    case QTYPE_Q6_K: be = 256; bb = CQ6_K_BYTES; break;
-    case QTYPE_Q8_0: be = 32; bb = CQ8_0_BYTES; break;
-    default: return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: weight type %s has no CUDA kernel yet", qtype_name(a->wtype));
-    }
-    if (a->k <= 0 || a->k % be || a->k > INT_MAX / 2 || a->rows <= 0 || a->rows > INT_MAX || a->n_batch <= 0 ||
+    typedef mv_traits<QT> T;
+    if (a->k <= 0 || a->k % T::BE || a->k > INT_MAX / 8 || a->rows <= 0 || a->rows > INT_MAX || a->n_batch <= 0 ||
         a->n_batch > 65535)
-        return err_setf(e, ERR_USAGE, "cuda_matvec: bad shape rows=%lld k=%lld batch=%d", (long long)a->rows,
-                        (long long)a->k, a->n_batch);
-    const uintptr_t wal = a->wtype == QTYPE_Q4_K ? 15 : 1, xal = a->wtype == QTYPE_Q8_0 ? 1 : 3;
+        return err_setf(e, ERR_USAGE, "cuda_matvec: bad shape rows=%lld k=%lld batch=%d (%s: k a multiple of %d)",
+                        (long long)a->rows, (long long)a->k, a->n_batch, qtype_name(a->wtype), (int)T::BE);
+    const uintptr_t wal = T::WAL - 1, xal = T::XAL - 1;
     if ((((uintptr_t)a->w | (uintptr_t)a->w_stride) & wal) || (((uintptr_t)a->xq | (uintptr_t)a->x_stride) & xal))
         return err_setf(e, ERR_USAGE, "cuda_matvec: %s weights need %d-byte and activations %d-byte alignment",
-                        qtype_name(a->wtype), (int)wal + 1, (int)xal + 1);
+                        qtype_name(a->wtype), (int)T::WAL, (int)T::XAL);
     const int k = (int)a->k, rows = (int)a->rows;
-    const int rb = k / be * bb;
-    const size_t act = mv_act_bytes(k, be);
-    const int ipb = a->wtype == QTYPE_Q4_K ? QD_Q4K_ITEMS : a->wtype == QTYPE_Q6_K ? QD_Q6K_ITEMS : QD_Q80_ITEMS;
-    const int64_t nit = (int64_t)(k / be) * ipb;
+    const int rb = k / T::BE * T::BB;   /* <= 4 k: k <= INT_MAX / 8 */
+    const size_t act = mv_act_bytes(T::ACT, k, T::BE);
+    const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
+    const uint8_t *w = (const uint8_t *)a->w, *xq = (const uint8_t *)a->xq;
     if (nit < 32) {
-        if (act > c->info.smem_per_block_optin)
+        if (act + MV_SMEM_STATIC > c->info.smem_per_block_optin)
             return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, act);
         int lg_s = 0;
         while (lg_s < 5 && ((int64_t)MVD_U << lg_s) < nit) lg_s++;
@@ -385,47 +483,44 @@ extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
                (int64_t)((rows + 2 * R - 1) / (2 * R)) * a->n_batch >= 4 * (int64_t)c->info.sm_count)
             R *= 2;
         const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_batch);
-        const uint8_t *w = (const uint8_t *)a->w, *xq = (const uint8_t *)a->xq;
-        switch (a->wtype) {
-        case QTYPE_Q4_K:
-            k_matvec_direct<QTYPE_Q4_K><<<grid, 32 * MVD_WARPS, act, c->stream>>>(
-                w, a->w_stride, a->ids, rows, k, R, lg_s, xq, a->x_stride, a->y, a->y_stride);
-            break;
-        case QTYPE_Q6_K:
-            k_matvec_direct<QTYPE_Q6_K><<<grid, 32 * MVD_WARPS, act, c->stream>>>(
-                w, a->w_stride, a->ids, rows, k, R, lg_s, xq, a->x_stride, a->y, a->y_stride);
-            break;
-        default:
-            k_matvec_direct<QTYPE_Q8_0><<<grid, 32 * MVD_WARPS, act, c->stream>>>(
-                w, a->w_stride, a->ids, rows, k, R, lg_s, xq, a->x_stride, a->y, a->y_stride);
-            break;
-        }
+        k_matvec_direct<QT><<<grid, 32 * MVD_WARPS, act, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, lg_s, xq,
+                                                                      a->x_stride, a->y, a->y_stride);
         return cuda_launch_check(e, "matvec");
     }
+    /* R: tiles <= 32 KB (or down to 1 row when even 4 rows exceed 64 KB);
+     * halved while the grid would not fill the GPU twice (down to 4 rows),
+     * and below 4 rows only while it would not fill it once (the warps then
+     * split rows: the 128-row F32 router gets 128 one-row CTAs) */
+    const int sms = c->info.sm_count;
     int R = 64;
     while (R > 4 && mv_tile_bytes(R, rb) > 32768) R >>= 1;
-    while (R > 4 && (int64_t)((rows + R - 1) / R) * a->n_batch < 2 * (int64_t)c->info.sm_count) R >>= 1;
+    while (R > 1 && mv_tile_bytes(R, rb) > 65536) R >>= 1;
+    while (R > 4 && (int64_t)((rows + R - 1) / R) * a->n_batch < 2 * (int64_t)sms) R >>= 1;
+    while (R > 1 && R <= 4 && (int64_t)((rows + R - 1) / R) * a->n_batch < (int64_t)sms) R >>= 1;
     const size_t smem = mv_tile_bytes(R, rb) + act;
-    if (smem > c->info.smem_per_block_optin)
+    if (smem + MV_SMEM_STATIC > c->info.smem_per_block_optin)
         return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large for one tile (%zu bytes of shared memory)", k,
                         smem);
     const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_batch);
-    const uint8_t *w = (const uint8_t *)a->w, *xq = (const uint8_t *)a->xq;
-    switch (a->wtype) {
-    case QTYPE_Q4_K:
-        k_matvec<QTYPE_Q4_K><<<grid, 32 * MV_WARPS, smem, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, xq,
-                                                                        a->x_stride, a->y, a->y_stride);
-        break;
-    case QTYPE_Q6_K:
-        k_matvec<QTYPE_Q6_K><<<grid, 32 * MV_WARPS, smem, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, xq,
-                                                                        a->x_stride, a->y, a->y_stride);
-        break;
-    default:
-        k_matvec<QTYPE_Q8_0><<<grid, 32 * MV_WARPS, smem, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, xq,
-                                                                        a->x_stride, a->y, a->y_stride);
-        break;
-    }
+    k_matvec<QT><<<grid, 32 * MV_WARPS, smem, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, xq, a->x_stride, a->y,
+                                                           a->y_stride);
     return cuda_launch_check(e, "matvec");
+}
+
+extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
+{
+    switch (a->wtype) {
+    case QTYPE_Q4_K: return mv_run<QTYPE_Q4_K>(c, a, e);
+    case QTYPE_Q5_K: return mv_run<QTYPE_Q5_K>(c, a, e);
+    case QTYPE_Q6_K: return mv_run<QTYPE_Q6_K>(c, a, e);
+    case QTYPE_Q8_0: return mv_run<QTYPE_Q8_0>(c, a, e);
+    case QTYPE_Q4_0: return mv_run<QTYPE_Q4_0>(c, a, e);
+    case QTYPE_F32: return mv_run<QTYPE_F32>(c, a, e);
+    case QTYPE_F16: return mv_run<QTYPE_F16>(c, a, e);
+    case QTYPE_BF16: return mv_run<QTYPE_BF16>(c, a, e);
+    default:
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: weight type %s has no CUDA kernel yet", qtype_name(a->wtype));
+    }
 }
 
 extern "C" int cuda_matvec(cuda_ctx *c, int wtype, const void *w, int64_t rows, int64_t k, const void *xq, float *y,

@@ -19,11 +19,26 @@
  *   Q6_K: 16 items a block: (hh = 128-weight half, l = 4 * 0..7): 4 weights
  *         at each of l, l+32, l+64, l+96 of the half; returns
  *         d*dx * sum_k scale_k * dot4(q_k - 32, x_k)
+ *   Q5_K: 8 items a block, as Q4_K, plus 16 qh bytes: the 5th bit of the
+ *         low nibbles is bit 2j of qh[16h + t], of the high ones bit 2j+1
  *   Q8_0: 2 items a block: (h = 16-quant half); returns d*dx * dot16
+ *   Q4_0: 2 items a block: (h = 8-byte half of qs): low nibbles of qs[8h..]
+ *         are quants 8h.., high nibbles 16 + 8h..; returns d*dx * dot16 of
+ *         (q - 8) with the Q8_0 activation
  * Every integer partial is exact (as the CPU's int32 sums are); only the
  * float products and the order of the float sum differ from quant_ref_dot_*
  * (which sums per block into 8 float lanes): the results agree to float
- * rounding, not bitwise. */
+ * rounding, not bitwise.
+ *
+ * F32 / F16 / BF16 weights dot with an activation of the same type (the
+ * CPU's dot_type: F16 weights take f16-rounded activations, as ggml). These
+ * items read the activation row RAW, straight from global memory (no
+ * unpack: it is already float-sized, and every warp of a CTA reads the
+ * same row, so it is an L1/L2 hit); an item is 16 bytes of weights (4 f32
+ * or 8 f16/bf16) and the matching 16 bytes of activation, and returns the
+ * sum of the float products. f16*f16 and bf16*bf16 products are exact in
+ * float (as the CPU's), f32*f32 rounds once (as the CPU's); the CPU sums
+ * in double, here in float per lane, then the shuffle tree. */
 #ifndef STRATA_CUDA_QDOT_CUH
 #define STRATA_CUDA_QDOT_CUH
 
@@ -87,6 +102,28 @@ QD_HD uint32_t qd_ld32_h2(const uint8_t *p)
     return (uint32_t)qd_ld16(p) | (uint32_t)qd_ld16(p + 2) << 16;
 }
 
+QD_HD float qd_u2f(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+QD_HD uint32_t qd_f2u(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+#endif
+}
+
 QD_HD float qd_h2f(uint16_t h)
 {
 #ifdef __CUDA_ARCH__
@@ -132,8 +169,26 @@ QD_HD void qd_scale_min_k4(int j, const uint8_t *s, int *sc, int *m)
 }
 
 #define QD_Q4K_ITEMS 8
+#define QD_Q5K_ITEMS 8
 #define QD_Q6K_ITEMS 16
 #define QD_Q80_ITEMS 2
+#define QD_Q40_ITEMS 2
+#define QD_Q5K_BYTES 176   /* f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128] */
+#define QD_Q40_BYTES 18    /* f16 d, u8 qs[16] */
+
+/* 16 bytes at a 16-aligned address, as four little-endian words */
+struct qd_u4 { uint32_t x, y, z, w; };
+QD_HD qd_u4 qd_ld128(const uint8_t *p)
+{
+    qd_u4 r;
+#ifdef __CUDA_ARCH__
+    const uint4 v = *(const uint4 *)p;
+    r.x = v.x; r.y = v.y; r.z = v.z; r.w = v.w;
+#else
+    memcpy(&r, p, 16);
+#endif
+    return r;
+}
 
 /* wrow: the row's first block, 16-byte aligned (144-byte blocks keep it).
  * xq 16-aligned. */
@@ -164,6 +219,39 @@ QD_HD float qd_item_q4_K(const uint8_t *wrow, const int8_t *xq, const float *xd,
     int sc0, m0, sc1, m1;
     qd_scale_min_k4(2 * j, bp + 4, &sc0, &m0);
     qd_scale_min_k4(2 * j + 1, bp + 4, &sc1, &m1);
+    const int isum = sc0 * lo + sc1 * hi;
+    const int msum = m0 * xbs[blk * 16 + 4 * j + h] + m1 * xbs[blk * 16 + 4 * j + 2 + h];
+    const float dx = xd[blk];
+    const float d = qd_h2f(qd_ld16(bp)) * dx, dm = qd_h2f(qd_ld16(bp + 2)) * dx;
+    return d * (float)isum - dm * (float)msum;
+}
+
+/* As Q4_K, with the 5th bits from qh: wrow 16-byte aligned (176-byte
+ * blocks keep it), xq 16-aligned. Quants are 0..31, so the unsigned bytes
+ * are valid signed dp4a operands. */
+QD_HD float qd_item_q5_K(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+{
+    const int blk = it >> 3, j = (it >> 1) & 3, h = it & 1;
+    const uint8_t *bp = wrow + blk * QD_Q5K_BYTES;
+    const qd_u4 qv = qd_ld128(bp + 48 + 32 * j + 16 * h), hv = qd_ld128(bp + 16 + 16 * h);
+    const uint8_t *xs = (const uint8_t *)xq + blk * 256 + 64 * j + 16 * h;
+    const qd_u4 xa = qd_ld128(xs), xb = qd_ld128(xs + 32);
+    const int s0 = 2 * j, s1 = 2 * j + 1;
+#define QD_Q5_LO(q, hb) (((q) & 0x0f0f0f0fu) | ((((hb) >> s0) & 0x01010101u) << 4))
+#define QD_Q5_HI(q, hb) ((((q) >> 4) & 0x0f0f0f0fu) | ((((hb) >> s1) & 0x01010101u) << 4))
+    int lo = qd_dp4a(QD_Q5_LO(qv.x, hv.x), xa.x, 0);
+    lo = qd_dp4a(QD_Q5_LO(qv.y, hv.y), xa.y, lo);
+    lo = qd_dp4a(QD_Q5_LO(qv.z, hv.z), xa.z, lo);
+    lo = qd_dp4a(QD_Q5_LO(qv.w, hv.w), xa.w, lo);
+    int hi = qd_dp4a(QD_Q5_HI(qv.x, hv.x), xb.x, 0);
+    hi = qd_dp4a(QD_Q5_HI(qv.y, hv.y), xb.y, hi);
+    hi = qd_dp4a(QD_Q5_HI(qv.z, hv.z), xb.z, hi);
+    hi = qd_dp4a(QD_Q5_HI(qv.w, hv.w), xb.w, hi);
+#undef QD_Q5_LO
+#undef QD_Q5_HI
+    int sc0, m0, sc1, m1;
+    qd_scale_min_k4(s0, bp + 4, &sc0, &m0);
+    qd_scale_min_k4(s1, bp + 4, &sc1, &m1);
     const int isum = sc0 * lo + sc1 * hi;
     const int msum = m0 * xbs[blk * 16 + 4 * j + h] + m1 * xbs[blk * 16 + 4 * j + 2 + h];
     const float dx = xd[blk];
@@ -210,6 +298,102 @@ QD_HD float qd_item_q8_0(const uint8_t *wrow, const int8_t *xq, const float *xd,
     for (int t = 0; t < 4; t++) s = qd_dp4a(qd_ld32_h2(q + 4 * t), qd_ld32(xs + 4 * t), s);
     const float d = qd_h2f(qd_ld16(bp)) * xd[blk];
     return d * (float)s;
+}
+
+/* wrow: 2-byte aligned (18-byte blocks). xq 16-aligned. Reads only the
+ * item's own bytes (halfword loads), never past the block. */
+QD_HD float qd_item_q4_0(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+{
+    (void)xbs;
+    const int blk = it >> 1, h = it & 1;
+    const uint8_t *bp = wrow + blk * QD_Q40_BYTES;
+    const uint8_t *q = bp + 2 + 8 * h;
+    const uint8_t *xs = (const uint8_t *)xq + blk * 32 + 8 * h;
+    const uint32_t k8 = 0x08080808u;
+    int s = 0;
+    for (int t = 0; t < 2; t++) {
+        const uint32_t qw = qd_ld32_h2(q + 4 * t);
+        s = qd_dp4a(qd_vsub4(qw & 0x0f0f0f0fu, k8), qd_ld32(xs + 4 * t), s);
+        s = qd_dp4a(qd_vsub4((qw >> 4) & 0x0f0f0f0fu, k8), qd_ld32(xs + 16 + 4 * t), s);
+    }
+    const float d = qd_h2f(qd_ld16(bp)) * xd[blk];
+    return d * (float)s;
+}
+
+/* ---- float weights: items of 16 bytes, wrow and xr 16-byte aligned ---- */
+#define QD_F32_PER_ITEM 4
+#define QD_F16_PER_ITEM 8
+
+QD_HD float qd_bf2f(uint32_t h) { return qd_u2f(h << 16); }
+
+QD_HD float qd_item_f32(const uint8_t *wrow, const uint8_t *xr, int it)
+{
+    const qd_u4 w = qd_ld128(wrow + 16 * (size_t)it), x = qd_ld128(xr + 16 * (size_t)it);
+    float s = qd_u2f(w.x) * qd_u2f(x.x);
+    s += qd_u2f(w.y) * qd_u2f(x.y);
+    s += qd_u2f(w.z) * qd_u2f(x.z);
+    s += qd_u2f(w.w) * qd_u2f(x.w);
+    return s;
+}
+
+/* f16: the products of two halves are exact in float (22 significant bits),
+ * so contraction into FMA cannot change a bit of the sum. */
+QD_HD float qd_dot_f16x2(uint32_t w, uint32_t x, float s)
+{
+    s += qd_h2f((uint16_t)w) * qd_h2f((uint16_t)x);
+    return s + qd_h2f((uint16_t)(w >> 16)) * qd_h2f((uint16_t)(x >> 16));
+}
+
+QD_HD float qd_item_f16(const uint8_t *wrow, const uint8_t *xr, int it)
+{
+    const qd_u4 w = qd_ld128(wrow + 16 * (size_t)it), x = qd_ld128(xr + 16 * (size_t)it);
+    return qd_dot_f16x2(w.w, x.w, qd_dot_f16x2(w.z, x.z, qd_dot_f16x2(w.y, x.y, qd_dot_f16x2(w.x, x.x, 0.f))));
+}
+
+/* bf16: products of two bf16 are exact in float (16 significant bits). */
+QD_HD float qd_dot_bf16x2(uint32_t w, uint32_t x, float s)
+{
+    s += qd_bf2f(w & 0xffffu) * qd_bf2f(x & 0xffffu);
+    return s + qd_u2f(w & 0xffff0000u) * qd_u2f(x & 0xffff0000u);
+}
+
+QD_HD float qd_item_bf16(const uint8_t *wrow, const uint8_t *xr, int it)
+{
+    const qd_u4 w = qd_ld128(wrow + 16 * (size_t)it), x = qd_ld128(xr + 16 * (size_t)it);
+    return qd_dot_bf16x2(w.w, x.w, qd_dot_bf16x2(w.z, x.z, qd_dot_bf16x2(w.y, x.y, qd_dot_bf16x2(w.x, x.x, 0.f))));
+}
+
+/* ---- activation conversions for F16 / BF16 weights ----
+ * Integer ports of util/fp16.h's fp32_to_fp16 and fp32_to_bf16 (the CPU
+ * act_quant of those dot types), so host and device run the same code and
+ * test_cuda_emu checks it against fp16.h bit for bit. */
+QD_HD uint16_t qd_f2h(float f)
+{
+    const uint32_t x = qd_f2u(f);
+    const uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u)   /* inf or NaN (quieted, top mantissa bits kept) */
+        return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 | ((ax >> 13) & 0x3ff) : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);   /* rounds to >= 65520: inf */
+    if (ax < 0x38800000u) {   /* subnormal or zero */
+        if (ax < 0x33000000u) return (uint16_t)sign;
+        const uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000, shift = 126 - e;
+        uint32_t r = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    const uint32_t r = ax - 0x38000000u;
+    uint32_t base = r >> 13;
+    const uint32_t rem = r & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (base & 1))) base++;
+    return (uint16_t)(sign | base);
+}
+
+QD_HD uint16_t qd_f2bf(float f)
+{
+    const uint32_t u = qd_f2u(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
 }
 
 QD_HD void qd_st32(uint8_t *p, uint32_t v)   /* 4-aligned */

@@ -1,0 +1,756 @@
+/* cuda_layer.cu: the rest of the decode token path -- embedding rows,
+ * RoPE, the KV store, decode attention, the MoE combine, the residual add
+ * and the greedy argmax (contracts in cuda_backend.h).
+ *
+ * Where the CPU's result is a fixed sequence of float operations (dequant,
+ * RoPE rotation, f16 rounding, the combine) the kernels repeat it with
+ * explicitly rounded intrinsics (__fmul_rn, __fadd_rn, __fsub_rn) so that
+ * nvcc cannot contract a product and a sum into an FMA: those results are
+ * bit-identical. Attention and argmax are reductions spread over many
+ * threads; attention agrees within a stated tolerance, argmax exactly.
+ *
+ * Attention and argmax use thread block clusters (sm_90): the CTAs of one
+ * cluster split the positions (or the row) and merge their partial results
+ * through distributed shared memory, so neither needs global scratch nor a
+ * second launch. The cluster size is the largest the device grants (up to
+ * 16), found once per kernel and device; a launch the driver refuses with
+ * clusters runs again with clusters of one CTA (the same kernel, slower). */
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <cooperative_groups.h>
+#include <cuda_fp16.h>
+#include "backend/cuda/cuda_internal.h"
+
+namespace cg = cooperative_groups;
+
+/* ==== Exact conversions (util/fp16.h, quant_ref.c h2f) ==== */
+
+/* quant_ref.c h2f (ggml's branch-free half -> float), integer-only: exact
+ * for every half; a NaN comes out quieted with its payload kept, as the
+ * x86 multiply in h2f leaves it. */
+__device__ __forceinline__ float dev_h2f(uint32_t h)
+{
+    const uint32_t sign = (h & 0x8000u) << 16, ex = (h >> 10) & 0x1f, man = h & 0x3ff;
+    uint32_t u;
+    if (ex == 0x1f) u = 0x7f800000u | (man << 13) | (man ? 0x400000u : 0u);
+    else if (ex == 0) return __uint_as_float(sign | __float_as_uint((float)man * 0x1.0p-24f));   /* exact */
+    else u = ((ex + 112) << 23) | (man << 13);
+    return __uint_as_float(sign | u);
+}
+
+/* util/fp16.h fp32_to_fp16, line for line: round to nearest even, NaN
+ * payload kept (quieted), overflow to inf. */
+__device__ __forceinline__ uint16_t dev_f2h(float f)
+{
+    const uint32_t x = __float_as_uint(f);
+    const uint32_t sign = (x >> 16) & 0x8000;
+    const uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 | ((ax >> 13) & 0x3ff) : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
+    if (ax < 0x38800000u) {
+        if (ax < 0x33000000u) return (uint16_t)sign;
+        const uint32_t ee = ax >> 23;
+        const uint32_t m = (ax & 0x7fffff) | 0x800000;
+        const uint32_t shift = 126 - ee;
+        uint32_t r = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1);
+        const uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    const uint32_t r = ax - 0x38000000u;
+    uint32_t base = r >> 13;
+    const uint32_t rem = r & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (base & 1))) base++;
+    return (uint16_t)(sign | base);
+}
+
+/* Little-endian loads from byte addresses (blocks of 18, 22, 210 bytes ...
+ * are not aligned for wider loads). */
+__device__ __forceinline__ uint32_t ld16(const uint8_t *p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
+__device__ __forceinline__ uint32_t ld32(const uint8_t *p) { return ld16(p) | (ld16(p + 2) << 16); }
+
+/* ==== Cluster launches ====
+ * cluster_size: the largest cluster (<= 16) the device grants `fn` at
+ * `threads` threads a CTA, 1 where none; asked once per (kernel, device)
+ * and remembered (a few entries; a lock keeps concurrent contexts apart). */
+#define CL_MAX 16
+#define CL_CACHE 64
+static struct { const void *fn; int device, size; } g_cl[CL_CACHE];
+static int g_cl_n;
+static pthread_mutex_t g_cl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int cluster_size(const void *fn, int device, unsigned threads)
+{
+    pthread_mutex_lock(&g_cl_lock);
+    for (int i = 0; i < g_cl_n; i++)
+        if (g_cl[i].fn == fn && g_cl[i].device == device) {
+            const int s = g_cl[i].size;
+            pthread_mutex_unlock(&g_cl_lock);
+            return s;
+        }
+    int n = 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(CL_MAX, 1, 1);
+    cfg.blockDim = dim3(threads, 1, 1);
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
+        cudaOccupancyMaxPotentialClusterSize(&n, fn, &cfg) != cudaSuccess) {
+        cudaGetLastError();   /* not sticky: clear it */
+        n = 8;                /* the portable size; the launch falls back to 1 if refused */
+    }
+    n = n > CL_MAX ? CL_MAX : n < 1 ? 1 : n;
+    if (g_cl_n < CL_CACHE) g_cl[g_cl_n++] = { fn, device, n };
+    pthread_mutex_unlock(&g_cl_lock);
+    return n;
+}
+
+static void cluster_forget_to_one(const void *fn, int device)
+{
+    pthread_mutex_lock(&g_cl_lock);
+    for (int i = 0; i < g_cl_n; i++)
+        if (g_cl[i].fn == fn && g_cl[i].device == device) g_cl[i].size = 1;
+    pthread_mutex_unlock(&g_cl_lock);
+}
+
+/* Launch fn on grid (cl, gy, gz) in clusters of (cl, 1, 1): the CTAs of a
+ * cluster are blockIdx.x = 0..cl-1 of one (y, z). */
+template <typename... KArgs, typename... Args>
+static int launch_clustered(cuda_ctx *c, void (*fn)(KArgs...), unsigned gy, unsigned gz, unsigned threads,
+                            err *e, const char *what, Args... args)
+{
+    const void *key = (const void *)fn;
+    int cl = cluster_size(key, c->info.device, threads);
+    for (;;) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)cl, gy, gz);
+        cfg.blockDim = dim3(threads, 1, 1);
+        cfg.stream = c->stream;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = (unsigned)cl;
+        at[0].val.clusterDim.y = 1;
+        at[0].val.clusterDim.z = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        const cudaError_t rc = cudaLaunchKernelEx(&cfg, fn, args...);
+        if (rc == cudaSuccess) return cuda_launch_check(e, what);
+        cudaGetLastError();
+        if (cl == 1) return cuda_fail(e, rc, what);
+        cluster_forget_to_one(key, c->info.device);
+        cl = 1;
+    }
+}
+
+/* ==== get_rows: embedding rows, dequantized as quant_ref.c ====
+ * One thread per output element; each reads the bytes of its block it
+ * needs (cached) and repeats the reference's float operations for that
+ * element in the same order. */
+template <int T>
+__device__ __forceinline__ float deq_elem(const uint8_t *row, int64_t e)
+{
+    if constexpr (T == QTYPE_F32) {
+        return __uint_as_float(ld32(row + 4 * e));
+    } else if constexpr (T == QTYPE_F16) {
+        return dev_h2f(ld16(row + 2 * e));
+    } else if constexpr (T == QTYPE_BF16) {
+        return __uint_as_float(ld16(row + 2 * e) << 16);
+    } else if constexpr (T == QTYPE_Q4_0) {   /* 18 B: d, qs[16] */
+        const uint8_t *b = row + (e >> 5) * 18;
+        const int j = (int)(e & 31);
+        const int q = (j < 16 ? (b[2 + j] & 0xF) : (b[2 + j - 16] >> 4)) - 8;
+        return __fmul_rn((float)q, dev_h2f(ld16(b)));
+    } else if constexpr (T == QTYPE_Q4_1) {   /* 20 B: d, m, qs[16] */
+        const uint8_t *b = row + (e >> 5) * 20;
+        const int j = (int)(e & 31);
+        const int q = j < 16 ? (b[4 + j] & 0xF) : (b[4 + j - 16] >> 4);
+        return __fadd_rn(__fmul_rn((float)q, dev_h2f(ld16(b))), dev_h2f(ld16(b + 2)));
+    } else if constexpr (T == QTYPE_Q5_0) {   /* 22 B: d, qh[4], qs[16] */
+        const uint8_t *b = row + (e >> 5) * 22;
+        const int j = (int)(e & 31);
+        const uint32_t qh = ld32(b + 2);
+        int q;
+        if (j < 16) q = (int)((b[6 + j] & 0xF) | (((qh >> j) << 4) & 0x10)) - 16;
+        else q = (int)((b[6 + j - 16] >> 4) | ((qh >> (j - 16 + 12)) & 0x10)) - 16;
+        return __fmul_rn((float)q, dev_h2f(ld16(b)));
+    } else if constexpr (T == QTYPE_Q5_1) {   /* 24 B: d, m, qh[4], qs[16] */
+        const uint8_t *b = row + (e >> 5) * 24;
+        const int j = (int)(e & 31);
+        const uint32_t qh = ld32(b + 4);
+        int q;
+        if (j < 16) q = (int)((b[8 + j] & 0xF) | (((qh >> j) << 4) & 0x10));
+        else q = (int)((b[8 + j - 16] >> 4) | ((qh >> (j - 16 + 12)) & 0x10));
+        return __fadd_rn(__fmul_rn((float)q, dev_h2f(ld16(b))), dev_h2f(ld16(b + 2)));
+    } else if constexpr (T == QTYPE_Q8_0) {   /* 34 B: d, qs[32] */
+        const uint8_t *b = row + (e >> 5) * 34;
+        return __fmul_rn((float)(int8_t)b[2 + (e & 31)], dev_h2f(ld16(b)));
+    } else if constexpr (T == QTYPE_Q2_K) {   /* 84 B: scales[16], qs[64], d, dmin */
+        const uint8_t *b = row + (e >> 8) * 84;
+        const int j = (int)(e & 255), h = j >> 7, si = (j >> 5) & 3, l = j & 31;
+        const int sc = b[h * 8 + si * 2 + (l >= 16)];
+        const float dl = __fmul_rn(dev_h2f(ld16(b + 80)), (float)(sc & 0xF));
+        const float ml = __fmul_rn(dev_h2f(ld16(b + 82)), (float)(sc >> 4));
+        const int q = (b[16 + h * 32 + l] >> (2 * si)) & 3;
+        return __fsub_rn(__fmul_rn(dl, (float)q), ml);
+    } else if constexpr (T == QTYPE_Q3_K) {   /* 110 B: hmask[32], qs[64], scales[12], d */
+        const uint8_t *b = row + (e >> 8) * 110;
+        const int j = (int)(e & 255), h = j >> 7, si = (j >> 5) & 3, l = j & 31;
+        const int is = h * 8 + si * 2 + (l >= 16);   /* quant_q3k_scales, one entry */
+        const int a = is & 3, quarter = is >> 2;
+        const uint8_t *s = b + 96;
+        const int lo = quarter == 0 ? (s[a] & 0xF) : quarter == 1 ? (s[4 + a] & 0xF)
+                     : quarter == 2 ? (s[a] >> 4) : (s[4 + a] >> 4);
+        const int sc = lo | (((s[8 + a] >> (2 * quarter)) & 3) << 4);
+        const float dl = __fmul_rn(dev_h2f(ld16(b + 108)), (float)(sc - 32));
+        const int m = 1 << (h * 4 + si);
+        const int q = ((b[32 + h * 32 + l] >> (2 * si)) & 3) - ((b[l] & m) ? 0 : 4);
+        return __fmul_rn(dl, (float)q);
+    } else if constexpr (T == QTYPE_Q4_K || T == QTYPE_Q5_K) {
+        /* Q4_K 144 B: d, dmin, scales[12], qs[128]; Q5_K 176 B: the same
+         * with qh[32] before qs */
+        const int bytes = T == QTYPE_Q4_K ? 144 : 176, qs0 = T == QTYPE_Q4_K ? 16 : 48;
+        const uint8_t *b = row + (e >> 8) * bytes;
+        const int j = (int)(e & 255), g = j >> 6, hi = (j >> 5) & 1, l = j & 31, is = 2 * g + hi;
+        const uint8_t *s = b + 4;
+        int sc, mn;
+        if (is < 4) { sc = s[is] & 63; mn = s[is + 4] & 63; }
+        else { sc = (s[is + 4] & 0xF) | ((s[is - 4] >> 6) << 4); mn = (s[is + 4] >> 4) | ((s[is] >> 6) << 4); }
+        const float d1 = __fmul_rn(dev_h2f(ld16(b)), (float)sc);
+        const float m1 = __fmul_rn(dev_h2f(ld16(b + 2)), (float)mn);
+        const int qb = b[qs0 + g * 32 + l];
+        int q = hi ? qb >> 4 : qb & 0xF;
+        if constexpr (T == QTYPE_Q5_K) q += (b[16 + l] & (1 << is)) ? 16 : 0;
+        return __fsub_rn(__fmul_rn(d1, (float)q), m1);
+    } else {                                  /* Q6_K 210 B: ql[128], qh[64], scales[16], d */
+        static_assert(T == QTYPE_Q6_K, "deq_elem: type");
+        const uint8_t *b = row + (e >> 8) * 210;
+        const int j = (int)(e & 255), h = j >> 7, k = j & 127, qq = k >> 5, l = k & 31;
+        const uint8_t *ql = b + h * 64, *qh = b + 128 + h * 32;
+        const int8_t *sc = (const int8_t *)(b + 192 + h * 8);
+        const int lo = (qq & 1) ? ql[l + 32] : ql[l];
+        const int q = (int)(int8_t)(((qq & 2) ? lo >> 4 : lo & 0xF) | (((qh[l] >> (2 * qq)) & 3) << 4)) - 32;
+        return __fmul_rn(__fmul_rn(dev_h2f(ld16(b + 208)), (float)sc[(l >> 4) + 2 * qq]), (float)q);
+    }
+}
+
+#define GR_THREADS 256
+template <int T>
+__global__ void __launch_bounds__(GR_THREADS)
+k_get_rows(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n_rows_w, int64_t n,
+           const int32_t *__restrict__ ids, float *__restrict__ out, int32_t *bad)
+{
+    const int r = blockIdx.y;
+    const int32_t id = ids[r];
+    const int ok = id >= 0 && (int64_t)id < n_rows_w;
+    float *o = out + (size_t)r * n;
+    const int64_t step = (int64_t)gridDim.x * GR_THREADS;
+    int64_t i = (int64_t)blockIdx.x * GR_THREADS + threadIdx.x;
+    if (!ok) {
+        if (bad && i == 0) *bad = 1;
+        for (; i < n; i += step) o[i] = 0.0f;
+        return;
+    }
+    const uint8_t *row = w + (size_t)id * row_bytes;
+    for (; i < n; i += step) o[i] = deq_elem<T>(row, i);
+}
+
+extern "C" int cuda_get_rows(cuda_ctx *c, int wtype, const void *w, size_t row_bytes, int64_t n_rows_w, int64_t n,
+                             const int32_t *ids, int rows, float *out, int32_t *bad, err *e)
+{
+    uint64_t rb = 0;
+    if (rows <= 0 || rows > 65535 || n <= 0 || n_rows_w <= 0 || qtype_row_bytes(wtype, n, &rb, NULL) || row_bytes < rb)
+        return err_setf(e, ERR_USAGE, "cuda_get_rows: type %s n=%lld rows=%d n_rows_w=%lld row_bytes=%zu",
+                        qtype_name(wtype), (long long)n, rows, (long long)n_rows_w, row_bytes);
+    const int64_t chunks = (n + GR_THREADS * 4 - 1) / (GR_THREADS * 4);
+    const dim3 grid((unsigned)(chunks > 1024 ? 1024 : chunks), (unsigned)rows);
+    const uint8_t *wb = (const uint8_t *)w;
+#define GR_CASE(T) \
+    case T: k_get_rows<T><<<grid, GR_THREADS, 0, c->stream>>>(wb, row_bytes, n_rows_w, n, ids, out, bad); break;
+    switch (wtype) {
+    GR_CASE(QTYPE_F32) GR_CASE(QTYPE_F16) GR_CASE(QTYPE_BF16)
+    GR_CASE(QTYPE_Q4_0) GR_CASE(QTYPE_Q4_1) GR_CASE(QTYPE_Q5_0) GR_CASE(QTYPE_Q5_1) GR_CASE(QTYPE_Q8_0)
+    GR_CASE(QTYPE_Q2_K) GR_CASE(QTYPE_Q3_K) GR_CASE(QTYPE_Q4_K) GR_CASE(QTYPE_Q5_K) GR_CASE(QTYPE_Q6_K)
+    default:
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_get_rows: type %s has no device dequant", qtype_name(wtype));
+    }
+#undef GR_CASE
+    return cuda_launch_check(e, "get_rows");
+}
+
+/* ==== RoPE (NeoX pairs), one CTA per row ====
+ * theta_scale comes from the host's powf (the CPU's, bit for bit); each
+ * pair's theta is the CPU's chain of float products; cos/sin are computed
+ * in double and rounded once (correctly rounded floats; glibc's cosf/sinf
+ * are within 1 ulp of that); the rotation repeats ops_rope_neox's rounded
+ * products and sums. */
+#define RP_THREADS 256
+#define RP_MAXHALF 512
+__global__ void __launch_bounds__(RP_THREADS)
+k_rope(float *x, int n_head, int head_dim, int n_rot, const int32_t *__restrict__ pos, float theta_scale,
+       float freq_scale)
+{
+    __shared__ float cs[RP_MAXHALF], sn[RP_MAXHALF];
+    const int half = n_rot / 2;
+    float *xr = x + (size_t)blockIdx.x * n_head * head_dim;
+    for (int i = threadIdx.x; i < half; i += RP_THREADS) {
+        float theta = (float)pos[blockIdx.x];
+        for (int t = 0; t < i; t++) theta = __fmul_rn(theta, theta_scale);
+        const double a = (double)__fmul_rn(freq_scale, theta);
+        double s, co;
+        sincos(a, &s, &co);
+        cs[i] = (float)co;
+        sn[i] = (float)s;
+    }
+    __syncthreads();
+    for (int it = threadIdx.x; it < n_head * half; it += RP_THREADS) {
+        const int h = it / half, i = it - h * half;
+        float *p = xr + (size_t)h * head_dim;
+        const float c = cs[i], s = sn[i], x0 = p[i], x1 = p[i + half];
+        p[i]        = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        p[i + half] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    }
+}
+
+extern "C" int cuda_rope_neox(cuda_ctx *c, float *x, int rows, int n_head, int head_dim, int n_rot,
+                              const int32_t *pos, float freq_base, float freq_scale, err *e)
+{
+    if (rows <= 0 || n_head <= 0 || head_dim <= 0 || n_rot <= 0 || (n_rot & 1) || n_rot > head_dim ||
+        n_rot / 2 > RP_MAXHALF)
+        return err_setf(e, ERR_USAGE, "cuda_rope_neox: rows=%d n_head=%d head_dim=%d n_rot=%d", rows, n_head,
+                        head_dim, n_rot);
+    const float theta_scale = powf(freq_base, -2.0f / n_rot);   /* host libm: ops_rope_cache's value */
+    k_rope<<<rows, RP_THREADS, 0, c->stream>>>(x, n_head, head_dim, n_rot, pos, theta_scale, freq_scale);
+    return cuda_launch_check(e, "rope_neox");
+}
+
+/* ==== KV store ==== */
+__global__ void k_kv_store(void *cache, int f16, const float *__restrict__ src, int64_t total, int64_t kvd,
+                           const int32_t *__restrict__ pos)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const size_t o = (size_t)pos[0] * (size_t)kvd + (size_t)i;
+    if (f16) ((uint16_t *)cache)[o] = dev_f2h(src[i]);
+    else ((float *)cache)[o] = src[i];
+}
+
+extern "C" int cuda_kv_store(cuda_ctx *c, void *cache, int f16, const float *src, int rows, int64_t kvd,
+                             const int32_t *pos, err *e)
+{
+    if (rows <= 0 || kvd <= 0) return err_setf(e, ERR_USAGE, "cuda_kv_store: rows=%d kvd=%lld", rows, (long long)kvd);
+    const int64_t total = (int64_t)rows * kvd;
+    k_kv_store<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>(cache, f16, src, total, kvd, pos);
+    return cuda_launch_check(e, "kv_store");
+}
+
+/* ==== Decode attention ====
+ * Grid (cluster, head group, query row). A head group is GB query heads of
+ * one KV head (GQA: each K/V row is loaded once for all GB heads). The cl
+ * CTAs of a cluster split the row's visible positions 0..pos+i into slices
+ * (multiples of 32); in a CTA, warp w takes the 32-position tiles w, w+8, ...
+ * of its slice. Per tile:
+ *   scores   lane t holds position t: GB dot products of its K row (16-byte
+ *            loads) with the queries in shared memory, times scale;
+ *   softmax  online per head: running max m, sum l and accumulator are
+ *            rescaled by expf(m_old - m_new); p = expf(s - m_new);
+ *   values   lane = dims: out_acc[g][d] += p[g][t] * v[t][d].
+ * Then the 8 warps merge in warp order into shared memory (each rescaled
+ * to the CTA's max), and the cluster's CTAs merge in rank order through
+ * distributed shared memory; out = acc / l.
+ *
+ * Numerics vs ops_attention: the same scores up to the dot's summation
+ * order (float, fmaf), exp of score - running max times exp of the max
+ * differences instead of exp of score - final max, float sums in another
+ * order: a few ulp per term, no cancellation beyond what the output itself
+ * has (see the header's tolerance). */
+#define AT_WARPS 8
+#define AT_THREADS (32 * AT_WARPS)
+#define AT_DMAX 256
+
+__device__ __forceinline__ void prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* Prefetch `bytes` from p into L2, 128-byte lines. */
+__device__ __forceinline__ void prefetch_span(const void *p, int bytes)
+{
+    const uintptr_t a = (uintptr_t)p, end = a + (uintptr_t)bytes;
+    for (uintptr_t l = a & ~(uintptr_t)127; l < end; l += 128) prefetch_l2((const void *)l);
+}
+
+/* U consecutive elements (f16 or f32) at base[off..off+U) as floats; off
+ * a multiple of U, base 16-byte aligned. */
+template <int U>
+__device__ __forceinline__ void ld_vec(float *f, const void *base, size_t off, int f16)
+{
+    if (f16) {
+        const __half2 *p = (const __half2 *)((const uint16_t *)base + off);
+        if constexpr (U == 2) {
+            const float2 a = __half22float2(p[0]);
+            f[0] = a.x; f[1] = a.y;
+        } else if constexpr (U == 4) {
+            const uint2 raw = *(const uint2 *)p;
+            const float2 a = __half22float2(*(const __half2 *)&raw.x), b = __half22float2(*(const __half2 *)&raw.y);
+            f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
+        } else {
+            static_assert(U == 8, "ld_vec");
+            const uint4 raw = *(const uint4 *)p;
+            const uint32_t w[4] = { raw.x, raw.y, raw.z, raw.w };
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const float2 a = __half22float2(*(const __half2 *)&w[t]);
+                f[2 * t] = a.x; f[2 * t + 1] = a.y;
+            }
+        }
+    } else {
+        const float *p = (const float *)base + off;
+        if constexpr (U == 2) {
+            const float2 a = *(const float2 *)p;
+            f[0] = a.x; f[1] = a.y;
+        } else {
+#pragma unroll
+            for (int t = 0; t < U; t += 4) {
+                const float4 a = *(const float4 *)(p + t);
+                f[t] = a.x; f[t + 1] = a.y; f[t + 2] = a.z; f[t + 3] = a.w;
+            }
+        }
+    }
+}
+
+/* GB query heads per CTA (1, 2, 4, 8); DT: head_dim when it is 64, 128 or
+ * 256 (loops fully unrolled, lanes own U = DT/32 consecutive dims), 0 for
+ * any other multiple of 8 up to 256 (lanes own dims lane + 32u). */
+template <int GB, int DT>
+__global__ void __launch_bounds__(AT_THREADS)
+k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const void *__restrict__ kc, int kf16,
+       const void *__restrict__ vc, int vf16, const int32_t *__restrict__ pos, float scale)
+{
+    constexpr int DM = DT ? DT : AT_DMAX;
+    constexpr int UM = DM / 32;   /* dims per lane (most) */
+    __shared__ __align__(16) float sq[GB * DM];
+    __shared__ __align__(16) float sacc[GB * DM];
+    __shared__ float sp[AT_WARPS][GB][32];
+    __shared__ float swm[AT_WARPS][GB], swl[AT_WARPS][GB];
+    __shared__ float sM[GB], sL[GB];
+
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank(), ncl = (int)cl.num_blocks();
+    const int D = DT ? DT : d_rt;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int G = n_head / n_head_kv;
+    const int h0 = blockIdx.y * GB, hk = h0 / G, row = blockIdx.z;
+    const int n_kv = pos[0] + row + 1;
+    const size_t rs = (size_t)n_head_kv * D;   /* cache row stride, elements */
+    const size_t hoff = (size_t)hk * D;
+    const int kes = kf16 ? 2 : 4, ves = vf16 ? 2 : 4;
+
+    int per = (n_kv + ncl - 1) / ncl;
+    per = (per + 31) & ~31;
+    const int j0 = min(rank * per, n_kv), j1 = min(j0 + per, n_kv);
+
+    const float *qr = q + (size_t)row * n_head * D + (size_t)h0 * D;
+    for (int t = tid; t < GB * D; t += AT_THREADS) sq[(t / D) * DM + t % D] = qr[t];
+    __syncthreads();
+
+    float m[GB], l[GB], acc[GB][UM];
+#pragma unroll
+    for (int g = 0; g < GB; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < UM; u++) acc[g][u] = 0.0f;
+    }
+
+    for (int tb = j0 + warp * 32; tb < j1; tb += AT_WARPS * 32) {
+        const int j = tb + lane;
+        const int valid = j < j1;
+        if (valid) {   /* this tile's V row, the next tile's K and V rows -> L2 */
+            prefetch_span((const char *)vc + ((size_t)j * rs + hoff) * ves, D * ves);
+            const int jn = j + AT_WARPS * 32;
+            if (jn < j1) {
+                prefetch_span((const char *)kc + ((size_t)jn * rs + hoff) * kes, D * kes);
+                prefetch_span((const char *)vc + ((size_t)jn * rs + hoff) * ves, D * ves);
+            }
+        }
+        /* scores: lane = position */
+        float s[GB];
+#pragma unroll
+        for (int g = 0; g < GB; g++) s[g] = 0.0f;
+        if (valid) {
+            const size_t ko = (size_t)j * rs + hoff;
+#pragma unroll(DT ? DT / 8 : 4)
+            for (int c8 = 0; c8 < D / 8; c8++) {
+                float kf[8];
+                ld_vec<8>(kf, kc, ko + (size_t)c8 * 8, kf16);
+#pragma unroll
+                for (int g = 0; g < GB; g++) {
+                    const float4 a = *(const float4 *)(sq + g * DM + c8 * 8);
+                    const float4 b = *(const float4 *)(sq + g * DM + c8 * 8 + 4);
+                    float t = s[g];
+                    t = fmaf(kf[0], a.x, t); t = fmaf(kf[1], a.y, t); t = fmaf(kf[2], a.z, t); t = fmaf(kf[3], a.w, t);
+                    t = fmaf(kf[4], b.x, t); t = fmaf(kf[5], b.y, t); t = fmaf(kf[6], b.z, t); t = fmaf(kf[7], b.w, t);
+                    s[g] = t;
+                }
+            }
+        }
+        /* online softmax per head */
+#pragma unroll
+        for (int g = 0; g < GB; g++) {
+            const float sv = valid ? s[g] * scale : -INFINITY;
+            float tm = sv;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+            const float mn = fmaxf(m[g], tm);   /* finite: lane 0 is valid */
+            const float corr = m[g] == -INFINITY ? 0.0f : expf(m[g] - mn);
+            const float p = valid ? expf(sv - mn) : 0.0f;
+            float ps = p;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+            l[g] = l[g] * corr + ps;
+            m[g] = mn;
+#pragma unroll
+            for (int u = 0; u < UM; u++) acc[g][u] *= corr;
+            sp[warp][g][lane] = p;
+        }
+        __syncwarp();
+        /* values: lane = dims. PVB rows are loaded before any is used
+         * (one round trip per batch, not per row); rows past the tile's
+         * end read nothing and add 0 * 0 (their p is 0) */
+        const int nv = min(32, j1 - tb);
+        constexpr int PVB = UM <= 4 ? 16 : 8;
+        for (int t0 = 0; t0 < nv; t0 += PVB) {
+            float vv[PVB][UM];
+#pragma unroll
+            for (int b = 0; b < PVB; b++) {
+                const size_t vo = (size_t)(tb + t0 + b) * rs + hoff;
+                if (t0 + b >= nv) {
+#pragma unroll
+                    for (int u = 0; u < UM; u++) vv[b][u] = 0.0f;
+                } else if constexpr (DT != 0) {
+                    ld_vec<UM>(vv[b], vc, vo + (size_t)lane * UM, vf16);
+                } else {
+#pragma unroll
+                    for (int u = 0; u < UM; u++) {
+                        const int d = lane + 32 * u;
+                        vv[b][u] = d < D ? (vf16 ? dev_h2f(((const uint16_t *)vc)[vo + d]) : ((const float *)vc)[vo + d])
+                                         : 0.0f;
+                    }
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < PVB; b++)
+#pragma unroll
+                for (int g = 0; g < GB; g++) {
+                    const float p = sp[warp][g][t0 + b];
+#pragma unroll
+                    for (int u = 0; u < UM; u++) acc[g][u] = fmaf(p, vv[b][u], acc[g][u]);
+                }
+        }
+        __syncwarp();
+    }
+
+    /* merge the warps (in warp order) at the CTA's max */
+    if (lane == 0)
+#pragma unroll
+        for (int g = 0; g < GB; g++) { swm[warp][g] = m[g]; swl[warp][g] = l[g]; }
+    __syncthreads();
+    float f[GB];
+#pragma unroll
+    for (int g = 0; g < GB; g++) {
+        float M = -INFINITY;
+        for (int w = 0; w < AT_WARPS; w++) M = fmaxf(M, swm[w][g]);
+        f[g] = m[g] == -INFINITY ? 0.0f : expf(m[g] - M);
+        if (tid == g) {
+            float L = 0.0f;
+            for (int w = 0; w < AT_WARPS; w++) L += swm[w][g] == -INFINITY ? 0.0f : swl[w][g] * expf(swm[w][g] - M);
+            sM[g] = M;
+            sL[g] = L;
+        }
+    }
+    for (int w = 0; w < AT_WARPS; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int g = 0; g < GB; g++)
+#pragma unroll
+                for (int u = 0; u < UM; u++) {
+                    const int d = DT ? lane * UM + u : lane + 32 * u;
+                    if (d < D) {
+                        float *a = &sacc[g * DM + d];
+                        *a = w == 0 ? acc[g][u] * f[g] : fmaf(acc[g][u], f[g], *a);
+                    }
+                }
+        }
+        __syncthreads();
+    }
+
+    /* merge the cluster's CTAs (in rank order); CTA `rank` writes the
+     * outputs e = rank*256 + tid, + ncl*256, ... */
+    cl.sync();
+    const int tot = GB * D;
+    float *orow = out + (size_t)row * n_head * D + (size_t)h0 * D;
+    for (int t = rank * AT_THREADS + tid; t < tot; t += ncl * AT_THREADS) {
+        const int g = t / D, d = t - g * D;
+        float M = -INFINITY;
+        for (int r = 0; r < ncl; r++) M = fmaxf(M, cl.map_shared_rank(sM, r)[g]);
+        float num = 0.0f, den = 0.0f;
+        for (int r = 0; r < ncl; r++) {
+            const float Mr = cl.map_shared_rank(sM, r)[g];
+            if (Mr == -INFINITY) continue;
+            const float fr = expf(Mr - M);
+            num = fmaf(cl.map_shared_rank(sacc, r)[g * DM + d], fr, num);
+            den = fmaf(cl.map_shared_rank(sL, r)[g], fr, den);
+        }
+        orow[t] = num / den;
+    }
+    cl.sync();   /* keep every CTA's shared memory alive until all reads are done */
+}
+
+template <int GB>
+static int attn_launch(cuda_ctx *c, int D, unsigned gy, unsigned gz, err *e, float *out, const float *q, int n_head,
+                       int n_head_kv, const void *k, int kf16, const void *v, int vf16, const int32_t *pos, float scale)
+{
+    switch (D) {
+    case 64:
+        return launch_clustered(c, k_attn<GB, 64>, gy, gz, AT_THREADS, e, "attention_decode", out, q, n_head,
+                                n_head_kv, D, k, kf16, v, vf16, pos, scale);
+    case 128:
+        return launch_clustered(c, k_attn<GB, 128>, gy, gz, AT_THREADS, e, "attention_decode", out, q, n_head,
+                                n_head_kv, D, k, kf16, v, vf16, pos, scale);
+    case 256:
+        return launch_clustered(c, k_attn<GB, 256>, gy, gz, AT_THREADS, e, "attention_decode", out, q, n_head,
+                                n_head_kv, D, k, kf16, v, vf16, pos, scale);
+    default:
+        return launch_clustered(c, k_attn<GB, 0>, gy, gz, AT_THREADS, e, "attention_decode", out, q, n_head,
+                                n_head_kv, D, k, kf16, v, vf16, pos, scale);
+    }
+}
+
+extern "C" int cuda_attention_decode(cuda_ctx *c, float *out, const float *q, int n_q, int n_head, int n_head_kv,
+                                     int head_dim, const void *k, int k_f16, const void *v, int v_f16,
+                                     const int32_t *pos, float scale, err *e)
+{
+    if (n_q <= 0 || n_q > 65535 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 ||
+        head_dim > AT_DMAX || head_dim % 8)
+        return err_setf(e, ERR_USAGE,
+                        "cuda_attention_decode: n_q=%d n_head=%d n_head_kv=%d head_dim=%d "
+                        "(n_head a multiple of n_head_kv, head_dim a multiple of 8 <= %d)",
+                        n_q, n_head, n_head_kv, head_dim, AT_DMAX);
+    /* heads per CTA: the largest of 8, 4, 2, 1 dividing the group, halved
+     * while the grid (at 16-CTA clusters) fills less than ~3/4 of the SMs
+     * twice over: more CTAs beat loading each K/V row once per group */
+    const int G = n_head / n_head_kv;
+    int gb = 8;
+    while (G % gb) gb /= 2;
+    const int64_t sms = c->info.sm_count > 0 ? c->info.sm_count : 132;
+    while (gb > 1 && (int64_t)CL_MAX * (n_head / gb) * n_q * 2 <= sms * 3 / 2) gb /= 2;
+    const unsigned gy = (unsigned)(n_head / gb), gz = (unsigned)n_q;
+    switch (gb) {
+    case 8: return attn_launch<8>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
+    case 4: return attn_launch<4>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
+    case 2: return attn_launch<2>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
+    default: return attn_launch<1>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
+    }
+}
+
+/* ==== MoE combine: x += ((w0*e0 + w1*e1) + ...), qwen3moe.c's order ==== */
+__global__ void k_moe_combine(float *x, const float *__restrict__ eout, const float *__restrict__ wts, int k,
+                              int64_t n, int64_t total)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const int64_t r = i / n, c = i - r * n;
+    const float *er = eout + (size_t)r * k * n + c;
+    const float *wr = wts + (size_t)r * k;
+    float acc = __fmul_rn(er[0], wr[0]);
+    for (int t = 1; t < k; t++) acc = __fadd_rn(acc, __fmul_rn(er[(size_t)t * n], wr[t]));
+    x[i] = __fadd_rn(acc, x[i]);
+}
+
+extern "C" int cuda_moe_combine(cuda_ctx *c, float *x, const float *eout, const float *wts, int rows, int k,
+                                int64_t n, err *e)
+{
+    if (rows <= 0 || k <= 0 || n <= 0)
+        return err_setf(e, ERR_USAGE, "cuda_moe_combine: rows=%d k=%d n=%lld", rows, k, (long long)n);
+    const int64_t total = (int64_t)rows * n;
+    k_moe_combine<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>(x, eout, wts, k, n, total);
+    return cuda_launch_check(e, "moe_combine");
+}
+
+/* ==== y = a + b ==== */
+__global__ void k_add(float *y, const float *a, const float *b, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __fadd_rn(a[i], b[i]);
+}
+
+extern "C" int cuda_add(cuda_ctx *c, float *y, const float *a, const float *b, int64_t n, err *e)
+{
+    if (n <= 0) return err_setf(e, ERR_USAGE, "cuda_add: n=%lld", (long long)n);
+    k_add<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>(y, a, b, n);
+    return cuda_launch_check(e, "add");
+}
+
+/* ==== Greedy argmax: a cluster per row ====
+ * The CPU scan (sampler_sample, temp <= 0) keeps best = 0 and moves to i
+ * when x[i] > x[best]. So: the lowest index of the largest non-NaN value,
+ * except that a NaN at index 0 is never left (nothing compares greater),
+ * and a row of NaNs answers 0. Each CTA reduces a slice with the order
+ * "larger, then lower index" (NaN never taken), the cluster merges in rank
+ * order, and rank 0 applies the x[0] rule. */
+#define AM_THREADS 1024
+__device__ __forceinline__ void am_better(float &bv, int &bi, float v, int i)
+{
+    if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
+}
+
+__global__ void __launch_bounds__(AM_THREADS)
+k_argmax(int32_t *out, const float *__restrict__ x, int64_t n)
+{
+    __shared__ float wv[AM_THREADS / 32];
+    __shared__ int wi[AM_THREADS / 32];
+    __shared__ float cv;
+    __shared__ int ci;
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank(), ncl = (int)cl.num_blocks();
+    const float *xr = x + (size_t)blockIdx.y * (size_t)n;
+    int64_t per = (n + ncl - 1) / ncl;
+    per = (per + 3) & ~(int64_t)3;
+    const int64_t i0 = rank * per < n ? rank * per : n, i1 = i0 + per < n ? i0 + per : n;
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+#pragma unroll 4
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += AM_THREADS) am_better(bv, bi, xr[i], (int)i);
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        am_better(bv, bi, ov, oi);
+    }
+    /* am_better treats an (ov, oi) pair with ov NaN as worse; a NaN bv
+     * never occurs (only numbers are taken) */
+    if ((threadIdx.x & 31) == 0) { wv[threadIdx.x >> 5] = bv; wi[threadIdx.x >> 5] = bi; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float v = wv[0];
+        int ix = wi[0];
+        for (int w = 1; w < AM_THREADS / 32; w++) am_better(v, ix, wv[w], wi[w]);
+        cv = v;
+        ci = ix;
+    }
+    cl.sync();
+    if (rank == 0 && threadIdx.x == 0) {
+        float v = cv;
+        int ix = ci;
+        for (int r = 1; r < ncl; r++) am_better(v, ix, *cl.map_shared_rank(&cv, r), *cl.map_shared_rank(&ci, r));
+        if (ix == INT_MAX || isnan(xr[0])) ix = 0;
+        out[blockIdx.y] = ix;
+    }
+    cl.sync();
+}
+
+extern "C" int cuda_argmax(cuda_ctx *c, int32_t *out, const float *x, int rows, int64_t n, err *e)
+{
+    if (rows <= 0 || rows > 65535 || n <= 0 || n >= INT_MAX)
+        return err_setf(e, ERR_USAGE, "cuda_argmax: rows=%d n=%lld", rows, (long long)n);
+    return launch_clustered(c, k_argmax, (unsigned)rows, 1u, AM_THREADS, e, "argmax", out, x, n);
+}

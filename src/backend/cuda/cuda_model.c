@@ -1,0 +1,524 @@
+/* cuda_model: the qwen3moe decode forward on the GPU, every weight resident
+ * in VRAM (see cuda_model.h for the contract, model/qwen3moe.h for the math).
+ *
+ * Plain C host code: it only enqueues kernels of cuda_backend.h on the
+ * context's one stream, in the order model/qwen3moe.c computes, and never
+ * waits for them except where the caller asks for something on the host
+ * (logits, greedy ids, layer outputs) or hands it something (the prompt ids:
+ * one synchronous upload per cuda_model_eval call).
+ *
+ * VRAM layout, all allocated at open (nothing is allocated per token):
+ *   weights  one allocation holding every tensor at a 256-byte aligned
+ *            offset (the matvec wants 16-byte aligned Q4_K rows), uploaded
+ *            once from the WEIGHTS_MAP_ALL mapping; a tied head shares
+ *            token_embd's copy; norms are the f32 vectors of weights.h;
+ *   kv       n_layer x (K, V) caches of (n_ctx, n_head_kv*head_dim) f16/f32;
+ *   scratch  the buffers of one row (below), the token id of every position
+ *            (tok[p], n_ctx + 1 entries: greedy's argmax of position p is
+ *            written to tok[p + 1], where the next step's get_rows reads
+ *            it) and the constant array pos[p] = p, so a step's position is
+ *            a device pointer (pos + p) and no step uploads anything.
+ *
+ * Activation rows: each matvec input is quantized by cuda_act_quant to the
+ * weight's dot type into the one buffer xq, right before its matvec; the
+ * stream runs in call order, so reusing xq for the next tensor is safe.
+ * An F32 weight's dot type is F32: its input is the float row itself, as on
+ * the CPU (no copy).
+ *
+ * Rows are evaluated one at a time. For a prompt of n rows the last layer's
+ * attention and MoE (which only feed logits) run only for the last row, as
+ * the CPU does with n_out = 1; every row's K/V goes to the cache. */
+#include "backend/cuda/cuda_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "quant/qtype.h"
+
+#define TRY(call) do { int rc_ = (call); if (rc_) return rc_; } while (0)
+
+/* ==== Types ==== */
+
+/* A weight matrix (or a stack of expert matrices) in VRAM. */
+typedef struct dmat {
+    const uint8_t *d;        /* device */
+    int      type;           /* ggml type id */
+    int64_t  rows, k;        /* one matrix: rows of k weights */
+    size_t   row_bytes;
+    size_t   stride;         /* bytes from matrix m to m + 1 (experts) */
+    size_t   act_bytes;      /* one input row in the dot type (cuda_act_bytes) */
+    int      act_f32;        /* dot type F32: the input is the float row */
+} dmat;
+
+typedef struct dlayer {
+    const float *attn_norm;  /* (n_embd) */
+    dmat wq, wk, wv;         /* (n_head*head_dim | n_head_kv*head_dim, n_embd) */
+    const float *q_norm;     /* (head_dim) */
+    const float *k_norm;     /* (head_dim) */
+    dmat wo;                 /* (n_embd, n_head*head_dim) */
+    const float *ffn_norm;   /* (n_embd) */
+    dmat gate_inp;           /* (n_expert, n_embd) router */
+    dmat gate_exps, up_exps; /* (n_expert, n_ff_exp, n_embd) */
+    dmat down_exps;          /* (n_expert, n_embd, n_ff_exp) */
+    void *k_cache, *v_cache; /* (n_ctx, n_head_kv*head_dim), f16 or f32 */
+} dlayer;
+
+struct cuda_model {
+    cuda_ctx *cu;            /* owned */
+    hparams   hp;            /* a copy */
+    int       n_ctx, kv_f16;
+    dlayer   *layers;        /* owned: n_layer */
+    dmat      tok_embd;      /* (n_vocab, n_embd) */
+    dmat      output;        /* (n_vocab, n_embd); tok_embd's copy when tied */
+    const float *output_norm;/* (n_embd) */
+    uint8_t  *wpool;         /* device: every weight */
+    uint8_t  *kvpool;        /* device: every cache */
+    uint8_t  *spool;         /* device: scratch */
+    uint64_t  wbytes, kvbytes, sbytes;
+    /* scratch (device), one row */
+    float    *x;             /* (n_embd) residual */
+    float    *xn;            /* (n_embd) normed row */
+    float    *tmp;           /* (n_embd) Wo output */
+    float    *q, *k, *v;     /* (n_head*head_dim), (n_head_kv*head_dim) x 2 */
+    float    *att;           /* (n_head*head_dim) */
+    uint8_t  *xq;            /* the widest quantized input (k rows for down) */
+    float    *router;        /* (n_expert) logits */
+    int32_t  *sel;           /* (n_expert_used) experts, top-k order */
+    float    *selw;          /* (n_expert_used) their weights */
+    float    *g, *u;         /* (n_expert_used, n_ff_exp) gate (then hidden), up */
+    float    *eout;          /* (n_expert_used, n_embd) down outputs */
+    float    *logits;        /* (n_vocab) */
+    float    *layer_out;     /* (n_layer, n_embd) residual after each layer */
+    int32_t  *tok;           /* (n_ctx + 1) token of each position */
+    int32_t  *pos;           /* (n_ctx) pos[p] = p */
+    int       have_layer_out;
+};
+
+/* ==== Open: carve, upload ==== */
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Carving a pool: the same walk runs twice, first with base == NULL to
+ * count the bytes, then with the allocation to hand out pointers (and
+ * upload each region's host source, if any). */
+typedef struct carver {
+    cuda_ctx *cu;
+    uint8_t  *base;          /* NULL: counting */
+    size_t    off;
+    int       rc;            /* the first upload error */
+    err      *e;
+} carver;
+
+static void *carve(carver *c, const void *src, size_t bytes)
+{
+    uint8_t *d = c->base ? c->base + c->off : NULL;
+    c->off += align256(bytes);
+    if (d && src && bytes && !c->rc) c->rc = cuda_upload(c->cu, d, src, bytes, c->e);
+    return d;
+}
+
+/* Run walk(m, ctx, c) to count, allocate, run it again to place; *pool and
+ * *bytes get the allocation. */
+typedef void (*carve_fn)(cuda_model *m, const void *ctx, carver *c);
+
+static int carve_pool(cuda_model *m, carve_fn walk, const void *ctx, const char *what, uint8_t **pool,
+                      uint64_t *bytes, err *e)
+{
+    carver c = { m->cu, NULL, 0, 0, e };
+    walk(m, ctx, &c);
+    void *base = NULL;
+    err sub;
+    err_clear(&sub);
+    if (cuda_alloc(m->cu, &base, c.off, &sub)) {
+        const cuda_info *ci = cuda_get_info(m->cu);
+        return err_setf(e, ERR_NOMEM, "cuda_model: %s need %llu bytes of VRAM (%s has %llu in all, "
+                        "%llu held already): %s", what, (unsigned long long)c.off, ci->name,
+                        (unsigned long long)ci->global_mem,
+                        (unsigned long long)(m->wbytes + m->kvbytes + m->sbytes), sub.msg);
+    }
+    *pool = base;
+    *bytes = c.off;
+    c.base = base;
+    c.off = 0;
+    walk(m, ctx, &c);
+    return c.rc;
+}
+
+/* A matrix of `t` for the GPU: shape, strides and kernel support. `name`
+ * names it in errors. Rows of a stack: ne[1] per matrix, ne[2] matrices. */
+static int dmat_init(dmat *d, const wtensor *t, const char *name, int layer, err *e)
+{
+    memset(d, 0, sizeof *d);
+    d->type = t->type;
+    d->k = t->ne[0];
+    d->rows = t->ne[1];
+    d->row_bytes = (size_t)t->row_bytes;
+    d->stride = d->row_bytes * (size_t)d->rows;
+    const qtype_info *qi = qtype_get(t->type);
+    d->act_f32 = qi && qi->dot_type == QTYPE_F32;
+    d->act_bytes = cuda_act_bytes(t->type, d->k);
+    if (!d->act_bytes) {
+        if (layer >= 0)
+            return err_setf(e, ERR_UNSUPPORTED, "cuda_model: tensor blk.%d.%s: type %s has no CUDA matvec",
+                            layer, name, qtype_name(t->type));
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_model: tensor %s: type %s has no CUDA matvec", name,
+                        qtype_name(t->type));
+    }
+    return 0;
+}
+
+static size_t dmat_bytes(const wtensor *t, int stacked)
+{
+    const int64_t n = stacked ? (t->ne[2] > 0 ? t->ne[2] : 1) : 1;
+    return (size_t)t->row_bytes * (size_t)t->ne[1] * (size_t)n;
+}
+
+static int check_shape(const hparams *hp, const cuda_model_opts *o, err *e)
+{
+    if (o->n_ctx < 1) return err_setf(e, ERR_USAGE, "cuda_model: n_ctx %d < 1", o->n_ctx);
+    if (hp->head_dim > 256)
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_model: head_dim %d > 256 (attention kernel)", hp->head_dim);
+    if (hp->n_expert > 1024 || hp->n_expert_used < 1 || hp->n_expert_used > 32 || hp->n_expert_used > hp->n_expert)
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_model: %d of %d experts (router kernel: <= 32 of <= 1024)",
+                        hp->n_expert_used, hp->n_expert);
+    if (hp->n_head % hp->n_head_kv)
+        return err_setf(e, ERR_FORMAT, "cuda_model: n_head %d not a multiple of n_head_kv %d", hp->n_head,
+                        hp->n_head_kv);
+    return 0;
+}
+
+/* ---- the three pools ---- */
+
+static void walk_weights(cuda_model *m, const void *ctx, carver *c)
+{
+    const weights *w = ctx;
+    const size_t E = (size_t)m->hp.n_embd, D = (size_t)m->hp.head_dim;
+    m->tok_embd.d = carve(c, w->tok_embd.data, dmat_bytes(&w->tok_embd, 0));
+    /* a tied head (output.data == token_embd's) shares the embedding's copy */
+    m->output.d = w->output.data == w->tok_embd.data ? m->tok_embd.d
+                : carve(c, w->output.data, dmat_bytes(&w->output, 0));
+    m->output_norm = carve(c, w->output_norm, sizeof(float) * E);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const layer_weights *lw = &w->layers[l];
+        dlayer *dl = &m->layers[l];
+        dl->attn_norm = carve(c, lw->attn_norm, sizeof(float) * E);
+        dl->q_norm = carve(c, lw->q_norm, sizeof(float) * D);
+        dl->k_norm = carve(c, lw->k_norm, sizeof(float) * D);
+        dl->ffn_norm = carve(c, lw->ffn_norm, sizeof(float) * E);
+        dl->wq.d = carve(c, lw->wq.data, dmat_bytes(&lw->wq, 0));
+        dl->wk.d = carve(c, lw->wk.data, dmat_bytes(&lw->wk, 0));
+        dl->wv.d = carve(c, lw->wv.data, dmat_bytes(&lw->wv, 0));
+        dl->wo.d = carve(c, lw->wo.data, dmat_bytes(&lw->wo, 0));
+        dl->gate_inp.d = carve(c, lw->gate_inp.data, dmat_bytes(&lw->gate_inp, 0));
+        dl->gate_exps.d = carve(c, lw->gate_exps.data, dmat_bytes(&lw->gate_exps, 1));
+        dl->up_exps.d = carve(c, lw->up_exps.data, dmat_bytes(&lw->up_exps, 1));
+        dl->down_exps.d = carve(c, lw->down_exps.data, dmat_bytes(&lw->down_exps, 1));
+    }
+}
+
+static void walk_kv(cuda_model *m, const void *ctx, carver *c)
+{
+    (void)ctx;
+    const size_t kvd = (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim;
+    const size_t bytes = (size_t)m->n_ctx * kvd * (m->kv_f16 ? 2 : 4);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        m->layers[l].k_cache = carve(c, NULL, bytes);
+        m->layers[l].v_cache = carve(c, NULL, bytes);
+    }
+}
+
+static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
+{
+    (void)ctx;
+    const hparams *hp = &m->hp;
+    const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, F = (size_t)hp->n_ff_exp;
+    const size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim, kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    /* the widest quantized input any matvec takes (down: k rows) */
+    size_t xqb = m->output.act_bytes;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const dlayer *dl = &m->layers[l];
+        const size_t one[] = { dl->wq.act_bytes, dl->wk.act_bytes, dl->wv.act_bytes, dl->wo.act_bytes,
+                               dl->gate_inp.act_bytes, dl->gate_exps.act_bytes, dl->up_exps.act_bytes,
+                               K * dl->down_exps.act_bytes };
+        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) if (one[i] > xqb) xqb = one[i];
+    }
+    m->x = carve(c, NULL, sizeof(float) * E);
+    m->xn = carve(c, NULL, sizeof(float) * E);
+    m->tmp = carve(c, NULL, sizeof(float) * E);
+    /* q and k back to back: one RoPE call rotates both (n_head + n_head_kv heads) */
+    m->q = carve(c, NULL, sizeof(float) * (qd + kvd));
+    m->k = m->q ? m->q + qd : NULL;
+    m->v = carve(c, NULL, sizeof(float) * kvd);
+    m->att = carve(c, NULL, sizeof(float) * qd);
+    m->xq = carve(c, NULL, xqb);
+    m->router = carve(c, NULL, sizeof(float) * (size_t)hp->n_expert);
+    m->sel = carve(c, NULL, sizeof(int32_t) * K);
+    m->selw = carve(c, NULL, sizeof(float) * K);
+    m->g = carve(c, NULL, sizeof(float) * K * F);
+    m->u = carve(c, NULL, sizeof(float) * K * F);
+    m->eout = carve(c, NULL, sizeof(float) * K * E);
+    m->logits = carve(c, NULL, sizeof(float) * (size_t)hp->n_vocab);
+    m->layer_out = carve(c, NULL, sizeof(float) * (size_t)hp->n_layer * E);
+    m->tok = carve(c, NULL, sizeof(int32_t) * ((size_t)m->n_ctx + 1));
+    m->pos = carve(c, NULL, sizeof(int32_t) * (size_t)m->n_ctx);
+}
+
+int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const cuda_model_opts *o, err *e)
+{
+    *out = NULL;
+    TRY(check_shape(hp, o, e));
+    if (w->mode != WEIGHTS_MAP_ALL)
+        return err_setf(e, ERR_USAGE, "cuda_model: the weights must be opened WEIGHTS_MAP_ALL (experts are "
+                        "uploaded from the mapping)");
+    const int t_embd = w->tok_embd.type;
+    if (!cuda_act_bytes(t_embd, hp->n_embd) && t_embd != QTYPE_F32 && t_embd != QTYPE_F16 && t_embd != QTYPE_BF16)
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_model: tensor token_embd.weight: type %s has no CUDA get_rows",
+                        qtype_name(t_embd));
+
+    cuda_model *m = calloc(1, sizeof *m);
+    if (!m) return err_setf(e, ERR_NOMEM, "cuda_model: out of memory");
+    m->hp = *hp;
+    m->n_ctx = o->n_ctx;
+    m->kv_f16 = o->kv_f16 != 0;
+    int rc = 0;
+    int32_t *pos = NULL;
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) { rc = err_setf(e, ERR_NOMEM, "cuda_model: out of memory"); goto fail; }
+
+    /* shapes and kernel support, before the GPU is touched */
+    for (int l = 0; l < hp->n_layer; l++) {
+        const layer_weights *lw = &w->layers[l];
+        dlayer *dl = &m->layers[l];
+        if ((rc = dmat_init(&dl->wq, &lw->wq, "attn_q", l, e)) || (rc = dmat_init(&dl->wk, &lw->wk, "attn_k", l, e)) ||
+            (rc = dmat_init(&dl->wv, &lw->wv, "attn_v", l, e)) ||
+            (rc = dmat_init(&dl->wo, &lw->wo, "attn_output", l, e)) ||
+            (rc = dmat_init(&dl->gate_inp, &lw->gate_inp, "ffn_gate_inp", l, e)) ||
+            (rc = dmat_init(&dl->gate_exps, &lw->gate_exps, "ffn_gate_exps", l, e)) ||
+            (rc = dmat_init(&dl->up_exps, &lw->up_exps, "ffn_up_exps", l, e)) ||
+            (rc = dmat_init(&dl->down_exps, &lw->down_exps, "ffn_down_exps", l, e)))
+            goto fail;
+    }
+    if ((rc = dmat_init(&m->output, &w->output, w->output_tied ? "token_embd.weight (tied head)" : "output.weight",
+                        -1, e)))
+        goto fail;
+    m->tok_embd.type = t_embd;
+    m->tok_embd.k = hp->n_embd;
+    m->tok_embd.rows = w->tok_embd.ne[1];
+    m->tok_embd.row_bytes = (size_t)w->tok_embd.row_bytes;
+
+    if ((rc = cuda_open(&m->cu, o->device, e))) goto fail;
+    if ((rc = carve_pool(m, walk_weights, w, "the weights", &m->wpool, &m->wbytes, e))) goto fail;
+    if ((rc = carve_pool(m, walk_kv, NULL, "the KV cache", &m->kvpool, &m->kvbytes, e))) goto fail;
+    if ((rc = carve_pool(m, walk_scratch, NULL, "the scratch", &m->spool, &m->sbytes, e))) goto fail;
+    pos = malloc(sizeof(int32_t) * (size_t)m->n_ctx);
+    if (!pos) { rc = err_setf(e, ERR_NOMEM, "cuda_model: out of memory"); goto fail; }
+    for (int i = 0; i < m->n_ctx; i++) pos[i] = i;
+    if ((rc = cuda_upload(m->cu, m->pos, pos, sizeof(int32_t) * (size_t)m->n_ctx, e))) goto fail;
+    if ((rc = cuda_memset(m->cu, m->tok, 0, sizeof(int32_t) * ((size_t)m->n_ctx + 1), e))) goto fail;
+    if ((rc = cuda_sync(m->cu, e))) goto fail;
+    free(pos);
+    *out = m;
+    return 0;
+fail:
+    free(pos);
+    cuda_model_close(m);
+    return rc;
+}
+
+void cuda_model_close(cuda_model *m)
+{
+    if (!m) return;
+    if (m->cu) {
+        cuda_sync(m->cu, NULL);
+        cuda_free(m->cu, m->spool);
+        cuda_free(m->cu, m->kvpool);
+        cuda_free(m->cu, m->wpool);
+        cuda_close(m->cu);
+    }
+    free(m->layers);
+    free(m);
+}
+
+uint64_t cuda_model_vram_bytes(const cuda_model *m) { return m ? m->wbytes + m->kvbytes + m->sbytes : 0; }
+
+const char *cuda_model_device_name(const cuda_model *m) { return m && m->cu ? cuda_device_name(m->cu) : "none"; }
+
+/* ==== The forward of one row ==== */
+
+/* The input row x (rows of n floats, back to back) in w's dot type: xq, or
+ * x itself for an F32 weight. */
+static int act_in(cuda_model *m, const dmat *w, const float *x, int rows, const void **xq, err *e)
+{
+    if (w->act_f32) { *xq = x; return 0; }
+    TRY(cuda_act_quant(m->cu, w->type, x, m->xq, w->k, rows, e));
+    *xq = m->xq;
+    return 0;
+}
+
+/* y = W xq for one matrix, xq from act_in. */
+static int mvq(cuda_model *m, const dmat *w, const void *xq, float *y, err *e)
+{
+    return cuda_matvec(m->cu, w->type, w->d, w->rows, w->k, xq, y, e);
+}
+
+/* y = W x for one matrix, quantizing x first. */
+static int mv(cuda_model *m, const dmat *w, const float *x, float *y, err *e)
+{
+    const void *xq;
+    TRY(act_in(m, w, x, 1, &xq, e));
+    return mvq(m, w, xq, y, e);
+}
+
+static int same_dot(const dmat *a, const dmat *b)
+{
+    return qtype_get(a->type)->dot_type == qtype_get(b->type)->dot_type;
+}
+
+/* The k routed experts of stack w (ids m->sel) on input rows xq (x_stride
+ * 0: shared), outputs at y + b * y_stride. */
+static int mv_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_stride, float *y, size_t y_stride,
+                      err *e)
+{
+    cuda_matvec_args a = {
+        .wtype = w->type, .w = w->d, .w_stride = w->stride, .ids = m->sel, .rows = w->rows, .k = w->k,
+        .n_batch = m->hp.n_expert_used, .xq = xq, .x_stride = x_stride, .y = y, .y_stride = y_stride,
+    };
+    return cuda_matvec_batch(m->cu, &a, e);
+}
+
+/* Attention half of layer l for the row in m->x at position p: writes K/V
+ * of p to the cache; when `full`, also x = Wo . attn + x. */
+static int layer_attn(cuda_model *m, int l, int p, int full, err *e)
+{
+    const hparams *hp = &m->hp;
+    const dlayer *dl = &m->layers[l];
+    const int E = hp->n_embd, D = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    const int64_t kvd = (int64_t)Hkv * D;
+    const int32_t *pos = m->pos + p;
+    cuda_ctx *cu = m->cu;
+
+    TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->attn_norm, E, 1, hp->rms_eps, e));
+    if (same_dot(&dl->wq, &dl->wk) && same_dot(&dl->wq, &dl->wv)) {   /* one quantization for the three */
+        const void *xq;
+        TRY(act_in(m, &dl->wq, m->xn, 1, &xq, e));
+        TRY(mvq(m, &dl->wq, xq, m->q, e));
+        TRY(mvq(m, &dl->wk, xq, m->k, e));
+        TRY(mvq(m, &dl->wv, xq, m->v, e));
+    } else {
+        TRY(mv(m, &dl->wq, m->xn, m->q, e));
+        TRY(mv(m, &dl->wk, m->xn, m->k, e));
+        TRY(mv(m, &dl->wv, m->xn, m->v, e));
+    }
+    /* per-head Q/K RMSNorm (rows of head_dim), then RoPE of q and k at once
+     * (k follows q in memory: one row of n_head + n_head_kv heads) */
+    TRY(cuda_rmsnorm(cu, m->q, m->q, dl->q_norm, D, H, hp->rms_eps, e));
+    TRY(cuda_rmsnorm(cu, m->k, m->k, dl->k_norm, D, Hkv, hp->rms_eps, e));
+    TRY(cuda_rope_neox(cu, m->q, 1, H + Hkv, D, hp->n_rot, pos, hp->rope_freq_base, hp->rope_freq_scale, e));
+    TRY(cuda_kv_store(cu, dl->k_cache, m->kv_f16, m->k, 1, kvd, pos, e));
+    TRY(cuda_kv_store(cu, dl->v_cache, m->kv_f16, m->v, 1, kvd, pos, e));
+    if (!full) return 0;
+
+    const float scale = 1.0f / sqrtf((float)D);
+    TRY(cuda_attention_decode(cu, m->att, m->q, 1, H, Hkv, D, dl->k_cache, m->kv_f16, dl->v_cache, m->kv_f16, pos,
+                              scale, e));
+    TRY(mv(m, &dl->wo, m->att, m->tmp, e));
+    return cuda_add(cu, m->x, m->tmp, m->x, E, e);   /* x = Wo . att + x */
+}
+
+/* MoE half of layer l: x = x + sum_t w_t down_t(silu(gate_t xn) * up_t xn),
+ * xn = rms(x) * ffn_norm, the k experts and weights from the router. */
+static int layer_moe(cuda_model *m, int l, err *e)
+{
+    const hparams *hp = &m->hp;
+    const dlayer *dl = &m->layers[l];
+    const int E = hp->n_embd, F = hp->n_ff_exp, K = hp->n_expert_used;
+    cuda_ctx *cu = m->cu;
+    const void *xq;
+
+    TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
+    TRY(mv(m, &dl->gate_inp, m->xn, m->router, e));
+    TRY(cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
+    /* gate and up share the input row (x_stride 0) */
+    TRY(act_in(m, &dl->gate_exps, m->xn, 1, &xq, e));
+    TRY(mv_experts(m, &dl->gate_exps, xq, 0, m->g, (size_t)F, e));
+    if (!same_dot(&dl->up_exps, &dl->gate_exps)) TRY(act_in(m, &dl->up_exps, m->xn, 1, &xq, e));
+    TRY(mv_experts(m, &dl->up_exps, xq, 0, m->u, (size_t)F, e));
+    TRY(cuda_swiglu(cu, m->g, m->g, m->u, (int64_t)K * F, e));
+    /* down: each expert its own hidden row */
+    TRY(act_in(m, &dl->down_exps, m->g, K, &xq, e));
+    const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
+    TRY(mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, e));
+    return cuda_moe_combine(cu, m->x, m->eout, m->selw, 1, K, E, e);
+}
+
+/* One row: the token at tok[p], position p. `record` copies the residual
+ * after each layer to m->layer_out (and runs the last layer completely);
+ * `head` writes the logits to m->logits. Without either, the last layer
+ * stops after its K/V store: nothing else of it feeds the cache. */
+static int row(cuda_model *m, int p, int record, int head, err *e)
+{
+    const hparams *hp = &m->hp;
+    const int E = hp->n_embd, L = hp->n_layer;
+    TRY(cuda_get_rows(m->cu, m->tok_embd.type, m->tok_embd.d, m->tok_embd.row_bytes, m->tok_embd.rows, E, m->tok + p,
+                      1, m->x, NULL, e));
+    for (int l = 0; l < L; l++) {
+        const int full = l < L - 1 || record || head;
+        TRY(layer_attn(m, l, p, full, e));
+        if (!full) break;
+        TRY(layer_moe(m, l, e));
+        if (record) TRY(cuda_copy_d2d(m->cu, m->layer_out + (size_t)l * E, m->x, sizeof(float) * (size_t)E, e));
+    }
+    if (!head) return 0;
+    TRY(cuda_rmsnorm(m->cu, m->xn, m->x, m->output_norm, E, 1, hp->rms_eps, e));
+    return mv(m, &m->output, m->xn, m->logits, e);
+}
+
+int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *logits, err *e)
+{
+    if (n < 1 || pos0 < 0 || pos0 > m->n_ctx - n)
+        return err_setf(e, ERR_RANGE, "cuda_model_eval: %d rows at position %d do not fit n_ctx %d", n, pos0,
+                        m->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->hp.n_vocab)
+            return err_setf(e, ERR_RANGE, "cuda_model_eval: token id %d out of range (n_vocab %d)", (int)ids[i],
+                            m->hp.n_vocab);
+    TRY(cuda_upload(m->cu, m->tok + pos0, ids, sizeof(int32_t) * (size_t)n, e));
+    m->have_layer_out = 0;
+    for (int i = 0; i < n; i++) {
+        const int last = i == n - 1;
+        TRY(row(m, pos0 + i, last, last && logits, e));
+    }
+    if (logits) TRY(cuda_download(m->cu, logits, m->logits, sizeof(float) * (size_t)m->hp.n_vocab, e));
+    else TRY(cuda_sync(m->cu, e));
+    m->have_layer_out = 1;
+    return 0;
+}
+
+int cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32_t *out_ids, err *e)
+{
+    if (n_steps < 1 || pos0 < 0 || pos0 > m->n_ctx - n_steps)
+        return err_setf(e, ERR_RANGE, "cuda_model_greedy: %d steps at position %d do not fit n_ctx %d", n_steps,
+                        pos0, m->n_ctx);
+    if (first < 0 || first >= m->hp.n_vocab)
+        return err_setf(e, ERR_RANGE, "cuda_model_greedy: token id %d out of range (n_vocab %d)", (int)first,
+                        m->hp.n_vocab);
+    TRY(cuda_upload(m->cu, m->tok + pos0, &first, sizeof first, e));
+    m->have_layer_out = 0;   /* the steps below do not record them */
+    for (int i = 0; i < n_steps; i++) {
+        const int p = pos0 + i;
+        TRY(row(m, p, 0, 1, e));
+        /* the argmax is the next position's token (tok has n_ctx + 1 entries) */
+        TRY(cuda_argmax(m->cu, m->tok + p + 1, m->logits, 1, m->hp.n_vocab, e));
+    }
+    return cuda_download(m->cu, out_ids, m->tok + pos0 + 1, sizeof(int32_t) * (size_t)n_steps, e);
+}
+
+int cuda_model_layer_outputs(cuda_model *m, float *out, err *e)
+{
+    if (!m->have_layer_out)
+        return err_setf(e, ERR_USAGE, "cuda_model_layer_outputs: no cuda_model_eval since open or the last greedy");
+    return cuda_download(m->cu, out, m->layer_out, sizeof(float) * (size_t)m->hp.n_layer * (size_t)m->hp.n_embd, e);
+}

@@ -1,0 +1,74 @@
+/* cuda_model: the qwen3moe forward pass on the GPU with every weight
+ * resident in VRAM (issue 9, second slice). Plain C host code over the
+ * kernels of cuda_backend.h; built into libstrata_cuda.a by `make cuda`.
+ *
+ * Per token the same graph as model/qwen3moe.c (see qwen3moe.h for the
+ * math): embedding row (cuda_get_rows), per layer RMSNorm -> Q/K/V matvecs
+ * -> per-head Q/K RMSNorm -> NeoX RoPE -> KV store -> attention -> Wo ->
+ * residual add -> RMSNorm -> router matvec -> softmax/top-k -> gate/up of
+ * the k experts picked by the device id array -> SwiGLU -> re-quantize ->
+ * down -> weighted combine into the residual; output RMSNorm -> head ->
+ * logits (or argmax on the device). Nothing of a token goes through host
+ * memory except what the caller asks for (logits, ids): the expert ids
+ * never leave the GPU.
+ *
+ * Numerics: each kernel states its agreement with the CPU function it
+ * mirrors (cuda_backend.h); float summation orders differ, so the logits
+ * agree with the CPU engine within a tolerance (tests/cuda/test_cuda_model.c
+ * states it: NMSE of every layer's output and of the logits) and greedy
+ * tokens agree unless two logits are closer than that noise.
+ *
+ * Rows are evaluated one at a time (decode kernels); a prompt of n tokens is
+ * n steps. Prefill kernels (grouped expert matmul, chunked attention) are a
+ * later slice. */
+#ifndef STRATA_CUDA_MODEL_H
+#define STRATA_CUDA_MODEL_H
+
+#include <stdint.h>
+
+#include "model/hparams.h"
+#include "model/weights.h"
+#include "util/err.h"
+
+typedef struct cuda_model cuda_model;   /* opaque */
+
+typedef struct cuda_model_opts {
+    int device;     /* CUDA ordinal, 0 = first */
+    int n_ctx;      /* KV cache positions (>= 1) */
+    int kv_f16;     /* 1: K/V cache in f16 (the CPU engine's default), 0: f32 */
+} cuda_model_opts;
+
+/* Open the GPU, upload every tensor of `w` (which must be WEIGHTS_MAP_ALL:
+ * the expert tensors are read from its mapping), allocate the KV cache and
+ * the scratch for one row. ERR_UNSUPPORTED without a GPU (callers skip),
+ * ERR_NOMEM when VRAM is short (the message names the bytes needed and
+ * free), ERR_UNSUPPORTED for a tensor type without a kernel (named). hp and
+ * w are borrowed only during the call. */
+int  cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const cuda_model_opts *o, err *e);
+void cuda_model_close(cuda_model *m);   /* NULL is a no-op */
+
+/* Evaluate ids[0..n) at positions pos0..pos0+n-1 (0 <= pos0,
+ * pos0 + n <= n_ctx, every id < n_vocab: checked on the host, ERR_RANGE)
+ * and, when logits != NULL, copy the last row's n_vocab logits to the host.
+ * One synchronous upload of the ids, then every row is enqueued; returns
+ * after the device is done. */
+int  cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *logits, err *e);
+
+/* Greedy decode on the device: feed `first` at position pos0, then each
+ * step's argmax at the next position, n_steps times in all; out_ids[i] is
+ * the argmax after step i. The ids stay on the device until the end (one
+ * download of n_steps ids). pos0 + n_steps <= n_ctx. */
+int  cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32_t *out_ids, err *e);
+
+/* The residual stream after each layer for the last row of the latest
+ * cuda_model_eval: out[l * n_embd + i], n_layer rows (for per-layer NMSE
+ * against the CPU). ERR_USAGE when there is none (no eval yet, or a
+ * cuda_model_greedy ran since: its steps do not record them). */
+int  cuda_model_layer_outputs(cuda_model *m, float *out, err *e);
+
+/* Bytes of VRAM the model holds (weights + KV + scratch), and the device
+ * name. */
+uint64_t    cuda_model_vram_bytes(const cuda_model *m);
+const char *cuda_model_device_name(const cuda_model *m);
+
+#endif

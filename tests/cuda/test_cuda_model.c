@@ -1,0 +1,468 @@
+/* test_cuda_model: the GPU forward (backend/cuda/cuda_model.h) against the
+ * CPU forward (model/qwen3moe.h) on small synthetic models, and (--bench)
+ * the decode speed of the 30b-a3b shape.
+ *
+ * Without a usable GPU (this machine, CI) cuda_open answers ERR_UNSUPPORTED:
+ * the suite prints a skip note and counts it as one passed case.
+ *
+ * With a GPU, for each model below (strata_mkmodel into a temporary
+ * directory; 4 layers, 32 experts of which 8 are used, n_embd 512, the
+ * "small" preset's heads; the type mixes of the real 30b-a3b files and a few
+ * others so that every kernel type runs):
+ *   prompt    16 random token ids evaluated by both (CPU: one chunk, n_out 1;
+ *             GPU: cuda_model_eval), f16 K/V on both sides. NMSE of each
+ *             layer's residual output (last row; the CPU's through
+ *             qwen3moe_scratch_set_on_layer) and of the logits.
+ *             TOLERANCE: NMSE < 1e-4 per layer, < 5e-4 for the logits.
+ *             The two sides differ only in float summation order (matvec
+ *             block sums, norms, attention), ~1e-7 relative per op, and the
+ *             first layers agree to ~1e-15..1e-10. But a rounding difference
+ *             can move an activation across a quantization step of the next
+ *             act_quant (Q8_K/Q8_0: amax/127) or the f16 K/V store, and each
+ *             such flip adds ~(amax/127)^2 / sum x^2 ~ 2e-6 (n = 512) to the
+ *             NMSE of what follows: a relative residual error r flips about
+ *             n * r * 127 / (amax/rms) inputs of the next quantization. On
+ *             the H200 (4 layers): layers 1e-15 .. 1e-5, logits 3e-5 .. 5e-5
+ *             (the head's Q8_K/Q8_0 input flips dominate). A wrong kernel (a
+ *             flipped sign, a wrong scale, a wrong expert) gives > 1e-2.
+ *   greedy    64 steps: cuda_model_greedy vs the CPU's argmax loop (one row a
+ *             step). Identical ids pass; at the first divergence the CPU's
+ *             two best logits of that step are printed, and the divergence
+ *             passes only if the GPU's id is the CPU's second best and the
+ *             gap is within 16x the largest logit difference measured at the
+ *             prompt (the noise above).
+ *   repeat    the prompt evaluated again in two calls (10 + 6 rows) gives
+ *             bit-identical logits: the device forward is deterministic and
+ *             row-at-a-time.
+ *
+ * --info: print the device and exit 0 (3 without a GPU).
+ * --bench [PATH]: PATH (default /tmp/strata-30b-a3b.gguf; generated with the
+ * 30b-a3b preset if missing, ~17 GB) is uploaded, then 128 greedy tokens are
+ * timed; printed: tok/s, the weight bytes a token reads (all dense tensors,
+ * the k experts of every layer, the head, one embedding row) times tok/s as
+ * GB/s, and that as a fraction of the device's read bandwidth measured in
+ * the same run (cuda_read_probe over a 4 GiB buffer, best of 5). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <unistd.h>
+
+#include "testhelp.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_model.h"
+#include "gguf/gguf.h"
+#include "mkmodel/mkmodel.h"
+#include "model/expert_src.h"
+#include "model/hparams.h"
+#include "model/ops.h"
+#include "model/qwen3moe.h"
+#include "model/weights.h"
+#include "quant/qtype.h"
+#include "util/cpu.h"
+#include "util/threadpool.h"
+#include "util/timer.h"
+
+enum { N_PROMPT = 16, N_GREEDY = 64, N_CTX = 128 };
+
+static char g_dir[] = "/tmp/strata_cuda_model_XXXXXX";
+static uint64_t g_rng = 0x243F6A8885A308D3ull;
+
+static uint64_t rng_next(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) { fprintf(stderr, "out of memory (%zu bytes)\n", n); exit(2); }
+    return p;
+}
+
+/* sum (a - r)^2 / sum r^2; +inf if any a is not finite */
+static double nmse(const float *a, const float *r, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        const double d = (double)a[i] - r[i];
+        num += d * d;
+        den += (double)r[i] * r[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+static double max_abs_diff(const float *a, const float *r, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - r[i]);
+        if (!(d <= m)) m = d;   /* NaN propagates */
+    }
+    return m;
+}
+
+/* The CPU greedy sampler's choice: largest, ties to the lower index, NaN
+ * never chosen over a number. *second gets the runner-up. */
+static int argmax2(const float *x, int n, int *second)
+{
+    int b = -1, s = -1;
+    for (int i = 0; i < n; i++) {
+        if (isnan(x[i])) continue;
+        if (b < 0 || x[i] > x[b]) { s = b; b = i; }
+        else if (s < 0 || x[i] > x[s]) s = i;
+    }
+    if (second) *second = s;
+    return b < 0 ? 0 : b;
+}
+
+/* ==== The CPU side: weights, mmap experts, a qwen3moe forward ==== */
+
+typedef struct cpu_side {
+    gguf_file *f;
+    hparams hp;
+    weights *w;
+    expert_src *xs;
+    tpool *pool;
+    float *f16_tab;
+    qwen3moe q;
+    qwen3moe_scratch *s;
+    kv_cache_view kv;
+    uint8_t **kv_ptrs;      /* 2 * n_layer */
+    float *layer_out;       /* (n_layer, n_embd): last row after each layer */
+} cpu_side;
+
+static void on_layer(void *ctx, int layer, const float *x, int n_rows, int64_t n_embd)
+{
+    cpu_side *c = ctx;
+    memcpy(c->layer_out + (size_t)layer * (size_t)n_embd, x + (size_t)(n_rows - 1) * (size_t)n_embd,
+           sizeof(float) * (size_t)n_embd);
+}
+
+static void cpu_close(cpu_side *c)
+{
+    qwen3moe_scratch_close(c->s);
+    if (c->kv_ptrs)
+        for (int i = 0; i < 2 * c->hp.n_layer; i++) free(c->kv_ptrs[i]);
+    free(c->kv_ptrs);
+    free(c->layer_out);
+    free(c->f16_tab);
+    tpool_close(c->pool);
+    if (c->xs) expert_src_close(c->xs);
+    weights_close(c->w);
+    gguf_close(c->f);
+    memset(c, 0, sizeof *c);
+}
+
+/* Open path for the CPU forward; n_ctx positions, chunks of up to n_batch.
+ * with_forward = 0: only gguf + hparams + weights (the bench). */
+static int cpu_open(cpu_side *c, const char *path, int n_ctx, int n_batch, int with_forward, err *e)
+{
+    memset(c, 0, sizeof *c);
+    int rc;
+    const cpu_isa isa = cpu_best_isa();
+    if ((rc = gguf_open(&c->f, path, e)) || (rc = hparams_load(&c->hp, c->f, e)) ||
+        (rc = weights_open(&c->w, c->f, &c->hp, isa, WEIGHTS_MAP_ALL, e)))
+        return rc;
+    if (!with_forward) return 0;
+    const int nt = cpu_count() < 8 ? cpu_count() : 8;
+    if ((rc = expert_src_open_mmap(&c->xs, c->w, e)) || (rc = tpool_open(&c->pool, nt, e))) return rc;
+    c->f16_tab = xmalloc(sizeof(float) * 65536);
+    ops_f16_table_init(c->f16_tab);
+    c->q.hp = &c->hp;
+    c->q.w = c->w;
+    c->q.xs = c->xs;
+    c->q.pool = c->pool;
+    c->q.f16_tab = c->f16_tab;
+    ops_kernels_get(isa, &c->q.kern);
+    if ((rc = qwen3moe_scratch_open(&c->s, &c->q, n_batch, n_ctx, e))) return rc;
+    qwen3moe_scratch_set_on_layer(c->s, on_layer, c);
+    const int L = c->hp.n_layer;
+    const size_t kvd = (size_t)c->hp.n_head_kv * (size_t)c->hp.head_dim;
+    c->kv_ptrs = calloc((size_t)(2 * L), sizeof *c->kv_ptrs);
+    if (!c->kv_ptrs) return err_setf(e, ERR_NOMEM, "out of memory");
+    for (int i = 0; i < 2 * L; i++) c->kv_ptrs[i] = xmalloc((size_t)n_ctx * kvd * 2);
+    c->kv = (kv_cache_view){ .n_ctx = n_ctx, .k_f16 = 1, .v_f16 = 1, .k = c->kv_ptrs, .v = c->kv_ptrs + L };
+    c->layer_out = xmalloc(sizeof(float) * (size_t)L * (size_t)c->hp.n_embd);
+    return 0;
+}
+
+static int cpu_eval(cpu_side *c, const int32_t *ids, int n, int pos0, float *logits, err *e)
+{
+    return qwen3moe_forward(&c->q, &c->kv, c->s, ids, n, pos0, 1, logits, e);
+}
+
+/* ==== One model: CPU vs GPU ==== */
+
+typedef struct model_spec {
+    const char *name;
+    const char *type_experts, *type_attn, *type_embd, *type_output;
+    int tied;
+} model_spec;
+
+static void check_model(const model_spec *ms)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s.gguf", g_dir, ms->name);
+    mkmodel_opts mo = {
+        .path = path, .preset = "small", .seed = 7, .n_layer = 4, .n_expert = 32, .n_vocab = 4096,
+        .type_experts = ms->type_experts, .type_attn = ms->type_attn, .type_embd = ms->type_embd,
+        .type_output = ms->type_output, .tied = ms->tied,
+    };
+    err e = {0};
+    CHECK_MSG(strata_mkmodel(&mo, NULL, &e) == 0, "%s: mkmodel: %s", ms->name, e.msg);
+    if (e.code) return;
+
+    cpu_side c;
+    if (cpu_open(&c, path, N_CTX, N_PROMPT, 1, &e)) {
+        CHECK_MSG(0, "%s: cpu: %s", ms->name, e.msg);
+        cpu_close(&c);
+        return;
+    }
+    const hparams *hp = &c.hp;
+    const int L = hp->n_layer, E = hp->n_embd, V = hp->n_vocab;
+    cuda_model *g = NULL;
+    cuda_model_opts go = { .device = 0, .n_ctx = N_CTX, .kv_f16 = 1 };
+    if (cuda_model_open(&g, hp, c.w, &go, &e)) {
+        CHECK_MSG(0, "%s: cuda_model_open: %s", ms->name, e.msg);
+        cpu_close(&c);
+        return;
+    }
+    printf("  %s (experts %s, attn %s, embd %s, head %s%s): %d layers, %d/%d experts, vocab %d, %.1f MB VRAM\n",
+           ms->name, qtype_name(c.w->layers[0].gate_exps.type), qtype_name(c.w->layers[0].wq.type),
+           qtype_name(c.w->tok_embd.type), qtype_name(c.w->output.type), ms->tied ? " tied" : "", L,
+           hp->n_expert_used, hp->n_expert, V, cuda_model_vram_bytes(g) / 1e6);
+
+    /* prompt: per-layer and logit NMSE */
+    int32_t ids[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) ids[i] = (int32_t)(rng_next() % (uint64_t)V);
+    float *lc = xmalloc(sizeof(float) * (size_t)V), *lg = xmalloc(sizeof(float) * (size_t)V);
+    float *lg2 = xmalloc(sizeof(float) * (size_t)V);
+    float *yg = xmalloc(sizeof(float) * (size_t)L * (size_t)E);
+    CHECK_MSG(cpu_eval(&c, ids, N_PROMPT, 0, lc, &e) == 0, "%s: cpu forward: %s", ms->name, e.msg);
+    CHECK_MSG(cuda_model_eval(g, ids, N_PROMPT, 0, lg, &e) == 0, "%s: gpu eval: %s", ms->name, e.msg);
+    CHECK_MSG(cuda_model_layer_outputs(g, yg, &e) == 0, "%s: layer outputs: %s", ms->name, e.msg);
+    if (e.code) goto done;
+    printf("    prompt %d tokens, NMSE per layer:", N_PROMPT);
+    for (int l = 0; l < L; l++) {
+        const double d = nmse(yg + (size_t)l * E, c.layer_out + (size_t)l * E, (size_t)E);
+        printf(" %.2e", d);
+        CHECK_MSG(d < 1e-4, "%s: layer %d NMSE %.3g", ms->name, l, d);
+    }
+    const double dl = nmse(lg, lc, (size_t)V), noise = max_abs_diff(lg, lc, (size_t)V);
+    printf("; logits %.2e (max |diff| %.3g)\n", dl, noise);
+    CHECK_MSG(dl < 5e-4, "%s: logits NMSE %.3g", ms->name, dl);
+
+    /* greedy: 64 steps from the prompt's argmax */
+    {
+        int32_t gi[N_GREEDY + 1], ci[N_GREEDY + 1];
+        float gap[N_GREEDY + 1];
+        int second[N_GREEDY + 1];
+        ci[0] = argmax2(lc, V, &second[0]);
+        gap[0] = lc[ci[0]] - lc[second[0]];
+        gi[0] = argmax2(lg, V, NULL);
+        int ok = 1;
+        for (int i = 0; i < N_GREEDY && ok; i++) {
+            ok = cpu_eval(&c, &ci[i], 1, N_PROMPT + i, lc, &e) == 0;
+            CHECK_MSG(ok, "%s: cpu step %d: %s", ms->name, i, e.msg);
+            ci[i + 1] = argmax2(lc, V, &second[i + 1]);
+            gap[i + 1] = lc[ci[i + 1]] - lc[second[i + 1]];
+        }
+        const double t0 = timer_ms();
+        CHECK_MSG(cuda_model_greedy(g, gi[0], N_PROMPT, N_GREEDY, gi + 1, &e) == 0, "%s: greedy: %s", ms->name,
+                  e.msg);
+        const double ms_g = timer_ms() - t0;
+        if (!ok || e.code) goto done;
+        int div = -1;
+        for (int i = 0; i <= N_GREEDY && div < 0; i++)
+            if (gi[i] != ci[i]) div = i;
+        if (div < 0) {
+            printf("    greedy: %d of %d tokens identical (gpu %.1f tok/s)\n", N_GREEDY + 1, N_GREEDY + 1,
+                   N_GREEDY / (ms_g / 1e3));
+        } else {
+            const int sec_ok = gi[div] == second[div];
+            printf("    greedy: first divergence at step %d of %d: cpu %d, gpu %d; cpu top-2 gap %.3g "
+                   "(noise at the prompt %.3g; gpu id is cpu's %s)\n", div, N_GREEDY + 1, (int)ci[div],
+                   (int)gi[div], gap[div], noise, sec_ok ? "second best" : "NOT second best");
+            CHECK_MSG(sec_ok && gap[div] <= 16 * noise, "%s: greedy diverges at step %d beyond the noise", ms->name,
+                      div);
+        }
+    }
+
+    /* repeat: two calls, bit-identical logits */
+    CHECK_MSG(cuda_model_eval(g, ids, 10, 0, NULL, &e) == 0, "%s: eval: %s", ms->name, e.msg);
+    CHECK_MSG(cuda_model_eval(g, ids + 10, N_PROMPT - 10, 10, lg2, &e) == 0, "%s: eval: %s", ms->name, e.msg);
+    CHECK_MSG(memcmp(lg, lg2, sizeof(float) * (size_t)V) == 0, "%s: logits of a 10 + 6 re-eval differ from the "
+              "first eval (NMSE %.3g)", ms->name, nmse(lg2, lg, (size_t)V));
+
+done:
+    free(lc); free(lg); free(lg2); free(yg);
+    cuda_model_close(g);
+    cpu_close(&c);
+    unlink(path);
+}
+
+/* The 30b-a3b files' mix: Q4_K experts, Q8_0 attention, Q6_K embedding and
+ * head, f32 router. */
+TEST(test_model_q4k_mix)
+{
+    model_spec s = { "q4k_mix", NULL, NULL, NULL, NULL, 0 };
+    check_model(&s);
+}
+
+/* Q5_K experts, f16 attention, a tied Q4_0 embedding/head. */
+TEST(test_model_q5k_f16_tied)
+{
+    model_spec s = { "q5k_f16_tied", "q5_K", "f16", "q4_0", NULL, 1 };
+    check_model(&s);
+}
+
+/* Q6_K experts, bf16 attention, f16 embedding, Q8_0 head. */
+TEST(test_model_q6k_bf16)
+{
+    model_spec s = { "q6k_bf16", "q6_K", "bf16", "f16", "q8_0", 0 };
+    check_model(&s);
+}
+
+/* Errors before any device work: bad n_ctx, ids out of range. */
+TEST(test_errors)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/err.gguf", g_dir);
+    mkmodel_opts mo = { .path = path, .preset = "small", .n_layer = 1, .n_expert = 8, .n_expert_used = 2,
+                        .n_vocab = 512 };
+    err e = {0};
+    CHECK_MSG(strata_mkmodel(&mo, NULL, &e) == 0, "%s", e.msg);
+    cpu_side c;
+    if (e.code || cpu_open(&c, path, 8, 1, 0, &e)) { CHECK_MSG(0, "%s", e.msg); return; }
+    cuda_model *g = NULL;
+    cuda_model_opts bad = { .n_ctx = 0, .kv_f16 = 1 };
+    CHECK_EQ_INT(cuda_model_open(&g, &c.hp, c.w, &bad, NULL), ERR_USAGE);
+    cuda_model_opts go = { .n_ctx = 8, .kv_f16 = 0 };
+    err_clear(&e);
+    if (cuda_model_open(&g, &c.hp, c.w, &go, &e)) { CHECK_MSG(0, "%s", e.msg); cpu_close(&c); return; }
+    int32_t id = c.hp.n_vocab, ok_id = 1, out[8];
+    float *yl = xmalloc(sizeof(float) * (size_t)c.hp.n_layer * (size_t)c.hp.n_embd);
+    CHECK_EQ_INT(cuda_model_layer_outputs(g, yl, NULL), ERR_USAGE);
+    CHECK_EQ_INT(cuda_model_eval(g, &id, 1, 0, NULL, NULL), ERR_RANGE);
+    CHECK_EQ_INT(cuda_model_eval(g, &ok_id, 1, 8, NULL, NULL), ERR_RANGE);
+    CHECK_EQ_INT(cuda_model_greedy(g, ok_id, 4, 5, out, NULL), ERR_RANGE);
+    CHECK_EQ_INT(cuda_model_greedy(g, -1, 0, 1, out, NULL), ERR_RANGE);
+    err_clear(&e);
+    CHECK_MSG(cuda_model_greedy(g, ok_id, 0, 8, out, &e) == 0, "%s", e.msg);   /* f32 KV, to the last position */
+    for (int i = 0; i < 8; i++) CHECK(out[i] >= 0 && out[i] < c.hp.n_vocab);
+    free(yl);
+    cuda_model_close(g);
+    cpu_close(&c);
+    unlink(path);
+}
+
+/* ==== Bench ==== */
+
+static uint64_t tbytes(const wtensor *t) { return t->row_bytes * (uint64_t)t->ne[1]; }
+
+static int bench(const char *path)
+{
+    err e = {0};
+    if (access(path, R_OK) != 0) {
+        printf("bench: generating %s (preset 30b-a3b)\n", path);
+        fflush(stdout);
+        const double t0 = timer_ms();
+        mkmodel_opts mo = { .path = path, .preset = "30b-a3b" };
+        if (strata_mkmodel(&mo, stdout, &e)) { fprintf(stderr, "bench: mkmodel: %s\n", e.msg); return 1; }
+        printf("bench: generated in %.1f s\n", (timer_ms() - t0) / 1e3);
+    }
+    cpu_side c;
+    if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "bench: %s\n", e.msg); cpu_close(&c); return 1; }
+    const hparams *hp = &c.hp;
+    const weights *w = c.w;
+    /* the bytes one decode token reads */
+    uint64_t dense = w->tok_embd.row_bytes + tbytes(&w->output) + sizeof(float) * (uint64_t)hp->n_embd, experts = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const layer_weights *lw = &w->layers[l];
+        dense += tbytes(&lw->wq) + tbytes(&lw->wk) + tbytes(&lw->wv) + tbytes(&lw->wo) + tbytes(&lw->gate_inp) +
+                 sizeof(float) * (uint64_t)(2 * hp->n_embd + 2 * hp->head_dim);
+        experts += (uint64_t)hp->n_expert_used *
+                   (tbytes(&lw->gate_exps) + tbytes(&lw->up_exps) + tbytes(&lw->down_exps));
+    }
+    const uint64_t per_tok = dense + experts;
+
+    const int n_ctx = 256, n_warm = 16, n_tok = 128;
+    cuda_model *g = NULL;
+    cuda_model_opts go = { .device = 0, .n_ctx = n_ctx, .kv_f16 = 1 };
+    double t0 = timer_ms();
+    if (cuda_model_open(&g, hp, w, &go, &e)) { fprintf(stderr, "bench: %s\n", e.msg); cpu_close(&c); return 1; }
+    const double up_s = (timer_ms() - t0) / 1e3;
+    printf("bench: %s, %d layers, %d/%d experts, vocab %d; %.2f GB VRAM, uploaded in %.1f s (%.2f GB/s)\n",
+           cuda_model_device_name(g), hp->n_layer, hp->n_expert_used, hp->n_expert, hp->n_vocab,
+           cuda_model_vram_bytes(g) / 1e9, up_s, cuda_model_vram_bytes(g) / 1e9 / up_s);
+    int32_t first = 1, *out = xmalloc(sizeof(int32_t) * (size_t)n_ctx);
+    float *lg = xmalloc(sizeof(float) * (size_t)hp->n_vocab);
+    int rc = cuda_model_eval(g, &first, 1, 0, lg, &e);
+    if (!rc) rc = cuda_model_greedy(g, argmax2(lg, hp->n_vocab, NULL), 1, n_warm, out, &e);
+    t0 = timer_ms();
+    if (!rc) rc = cuda_model_greedy(g, out[n_warm - 1], 1 + n_warm, n_tok, out, &e);
+    const double s = (timer_ms() - t0) / 1e3;
+    cuda_model_close(g);
+    if (rc) { fprintf(stderr, "bench: %s\n", e.msg); cpu_close(&c); free(out); free(lg); return 1; }
+    const double tps = n_tok / s, gbs = per_tok * tps / 1e9;
+
+    /* the device's read bandwidth, same run */
+    double best = 0;
+    cuda_ctx *cu = NULL;
+    void *buf = NULL, *sink = NULL;
+    const size_t pb = (size_t)4 << 30;
+    if (!cuda_open(&cu, 0, &e) && !cuda_alloc(cu, &buf, pb, &e) && !cuda_alloc(cu, &sink, 4, &e) &&
+        !cuda_memset(cu, buf, 1, pb, &e) && !cuda_memset(cu, sink, 0, 4, &e)) {
+        for (int i = 0; i < 6; i++) {
+            float ms = 0;
+            if (cuda_timer_begin(cu, &e) || cuda_read_probe(cu, buf, pb, sink, &e) || cuda_timer_end(cu, &ms, &e))
+                break;
+            const double bw = pb / (ms / 1e3) / 1e9;
+            if (i > 0 && bw > best) best = bw;   /* the first is a warm-up */
+        }
+    }
+    if (e.code) fprintf(stderr, "bench: read probe: %s\n", e.msg);
+    if (cu) { cuda_free(cu, buf); cuda_free(cu, sink); cuda_close(cu); }
+
+    printf("bench: greedy %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok, s, tps, 1e3 / tps);
+    printf("bench: weight bytes per token %.1f MB (dense %.1f MB incl. head %.1f MB, %d experts x %d layers "
+           "%.1f MB) -> %.0f GB/s\n", per_tok / 1e6, dense / 1e6, tbytes(&w->output) / 1e6, hp->n_expert_used,
+           hp->n_layer, experts / 1e6, gbs);
+    printf("bench: measured read bandwidth %.0f GB/s (read probe, 4 GiB, best of 5): fraction %.3f\n", best,
+           best > 0 ? gbs / best : 0.0);
+    cpu_close(&c);
+    free(out);
+    free(lg);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const int do_bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
+    const int do_info = argc > 1 && strcmp(argv[1], "--info") == 0;
+    err e = {0};
+    cuda_ctx *probe = NULL;
+    if (cuda_open(&probe, 0, &e) != 0) {
+        printf("cuda_model: skipped: %s\n", e.msg);
+        if (do_info) return 3;
+        test_g.passed++;   /* no GPU is not a failure */
+        return test_summary("cuda_model");
+    }
+    printf("cuda_model: device %s\n", cuda_device_name(probe));
+    cuda_close(probe);
+    if (do_info) return 0;
+    if (do_bench) return bench(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
+    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+    RUN(test_errors);
+    RUN(test_model_q4k_mix);
+    RUN(test_model_q5k_f16_tied);
+    RUN(test_model_q6k_bf16);
+    rmdir(g_dir);
+    return test_summary("cuda_model");
+}
