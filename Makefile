@@ -187,11 +187,11 @@ $(CUDA_LIB): $(CUDA_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/tests/test_cuda_layer $(BUILD)/tests/test_cuda_model: $(BUILD)/tests/%: tests/cuda/%.c $(CUDA_LIB) $(LIB) tests/testhelp.h $(CUDA_HDR)
+$(BUILD)/tests/test_cuda_layer $(BUILD)/tests/test_cuda_model: $(BUILD)/tests/%: tests/cuda/%.c $(CUDA_LIB) $(LIB) tests/testhelp.h tests/cuda/cudatest.h $(CUDA_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(CUDA_LIB) $(LIB) $(LDFLAGS) $(CUDA_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/test_cuda: tests/cuda/test_cuda.c $(CUDA_LIB) $(LIB) tests/testhelp.h $(CUDA_HDR)
+$(BUILD)/tests/test_cuda: tests/cuda/test_cuda.c $(CUDA_LIB) $(LIB) tests/testhelp.h tests/cuda/cudatest.h $(CUDA_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests -o $@ $< $(CUDA_LIB) $(LIB) $(LDFLAGS) $(CUDA_LIBS) $(LDLIBS)
 

@@ -48,6 +48,8 @@
 #include <math.h>
 
 #include "testhelp.h"
+#define CUDATEST_SEED 0x9E3779B97F4A7C15ull
+#include "cudatest.h"
 #include "backend/cuda/cuda_backend.h"
 #include "model/ops.h"
 #include "quant/qtype.h"
@@ -55,53 +57,6 @@
 #include "util/cpu.h"
 #include "util/fp16.h"
 
-static cuda_ctx *g_cu;
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-
-static uint64_t rng_next(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-static float frand(void) { return (float)((rng_next() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }   /* [-1, 1) */
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) { fprintf(stderr, "out of memory (%zu bytes)\n", n); exit(2); }
-    return p;
-}
-
-static void *dev_alloc(size_t n)
-{
-    void *p = NULL;
-    err e = {0};
-    if (cuda_alloc(g_cu, &p, n, &e)) { fprintf(stderr, "%s\n", e.msg); exit(2); }
-    return p;
-}
-
-static void *dev_from(const void *h, size_t n)
-{
-    void *p = dev_alloc(n);
-    err e = {0};
-    if (cuda_upload(g_cu, p, h, n, &e)) { fprintf(stderr, "%s\n", e.msg); exit(2); }
-    return p;
-}
-
-/* sum (a - r)^2 / sum r^2; +inf if any a is not finite */
-static double nmse(const float *a, const float *r, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        const double d = (double)a[i] - r[i];
-        num += d * d;
-        den += (double)r[i] * r[i];
-    }
-    return den > 0 ? num / den : num;
-}
 
 static double max_rel(const float *a, const float *r, size_t n)
 {

@@ -39,6 +39,8 @@
 #include <math.h>
 
 #include "testhelp.h"
+#define CUDATEST_SEED 0x2545F4914F6CDD1Dull
+#include "cudatest.h"
 #include "backend/cuda/cuda_backend.h"
 #include "engine.h"
 #include "model/ops.h"
@@ -46,41 +48,7 @@
 #include "quant/quant.h"
 #include "util/fp16.h"
 
-static cuda_ctx *g_cu;
-static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 static float *g_tab;   /* f16 -> f32, 65536 entries (ops_attention) */
-
-static uint64_t rng_next(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-static float frand(void) { return (float)((rng_next() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }   /* [-1, 1) */
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) { fprintf(stderr, "out of memory (%zu bytes)\n", n); exit(2); }
-    return p;
-}
-
-static void *dev_alloc(size_t n)
-{
-    void *p = NULL;
-    err e = {0};
-    if (cuda_alloc(g_cu, &p, n, &e)) { fprintf(stderr, "%s\n", e.msg); exit(2); }
-    return p;
-}
-
-static void *dev_from(const void *h, size_t n)
-{
-    void *p = dev_alloc(n);
-    err e = {0};
-    if (cuda_upload(g_cu, p, h, n, &e)) { fprintf(stderr, "%s\n", e.msg); exit(2); }
-    return p;
-}
 
 static void dev_poison(void *p, size_t n)
 {

@@ -50,6 +50,8 @@
 #include <unistd.h>
 
 #include "testhelp.h"
+#define CUDATEST_SEED 0x243F6A8885A308D3ull
+#include "cudatest.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_model.h"
 #include "gguf/gguf.h"
@@ -67,35 +69,6 @@
 enum { N_PROMPT = 16, N_GREEDY = 64, N_CTX = 128 };
 
 static char g_dir[] = "/tmp/strata_cuda_model_XXXXXX";
-static uint64_t g_rng = 0x243F6A8885A308D3ull;
-
-static uint64_t rng_next(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) { fprintf(stderr, "out of memory (%zu bytes)\n", n); exit(2); }
-    return p;
-}
-
-/* sum (a - r)^2 / sum r^2; +inf if any a is not finite */
-static double nmse(const float *a, const float *r, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        const double d = (double)a[i] - r[i];
-        num += d * d;
-        den += (double)r[i] * r[i];
-    }
-    return den > 0 ? num / den : num;
-}
 
 static double max_abs_diff(const float *a, const float *r, size_t n)
 {

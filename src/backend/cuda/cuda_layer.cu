@@ -21,6 +21,7 @@
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_qdot.cuh"   /* qd_f2h: fp32_to_fp16 on the device */
 
 namespace cg = cooperative_groups;
 
@@ -37,33 +38,6 @@ __device__ __forceinline__ float dev_h2f(uint32_t h)
     else if (ex == 0) return __uint_as_float(sign | __float_as_uint((float)man * 0x1.0p-24f));   /* exact */
     else u = ((ex + 112) << 23) | (man << 13);
     return __uint_as_float(sign | u);
-}
-
-/* util/fp16.h fp32_to_fp16, line for line: round to nearest even, NaN
- * payload kept (quieted), overflow to inf. */
-__device__ __forceinline__ uint16_t dev_f2h(float f)
-{
-    const uint32_t x = __float_as_uint(f);
-    const uint32_t sign = (x >> 16) & 0x8000;
-    const uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 | ((ax >> 13) & 0x3ff) : 0));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
-    if (ax < 0x38800000u) {
-        if (ax < 0x33000000u) return (uint16_t)sign;
-        const uint32_t ee = ax >> 23;
-        const uint32_t m = (ax & 0x7fffff) | 0x800000;
-        const uint32_t shift = 126 - ee;
-        uint32_t r = m >> shift;
-        const uint32_t rem = m & ((1u << shift) - 1);
-        const uint32_t half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1))) r++;
-        return (uint16_t)(sign | r);
-    }
-    const uint32_t r = ax - 0x38000000u;
-    uint32_t base = r >> 13;
-    const uint32_t rem = r & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (base & 1))) base++;
-    return (uint16_t)(sign | base);
 }
 
 /* Little-endian loads from byte addresses (blocks of 18, 22, 210 bytes ...
@@ -330,7 +304,7 @@ __global__ void k_kv_store(void *cache, int f16, const float *__restrict__ src, 
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     const size_t o = (size_t)pos[0] * (size_t)kvd + (size_t)i;
-    if (f16) ((uint16_t *)cache)[o] = dev_f2h(src[i]);
+    if (f16) ((uint16_t *)cache)[o] = qd_f2h(src[i]);
     else ((float *)cache)[o] = src[i];
 }
 
