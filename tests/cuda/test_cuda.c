@@ -8,13 +8,13 @@
  *
  * With a GPU, every check draws fresh random inputs and poisons outputs
  * (NaN) before the kernel runs:
- *   act_quant  device Q8_K / Q8_0 / f16 / bf16 / f32 bytes == the CPU's
- *              act_quant bytes (memcmp), including an all-zero block, a
+ *   act_quant  device Q8_K / Q8_0 / Q8_1 / f16 / bf16 / f32 bytes == the CPU's
+ *              act_quant bytes (memcmp, Q8_1's s included), including an all-zero block, a
  *              block whose first largest |x| has a later equal-magnitude
- *              twin of the other sign, (Q8_0) a block of subnormals
+ *              twin of the other sign, (Q8_0/Q8_1) a block of subnormals
  *              (127/amax overflows), and (f16/bf16) rounding ties, f16
  *              subnormals, overflow to inf, inf and NaN;
- *   matvec     Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, F32, F16, BF16 weights
+ *   matvec     Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, F32, F16, BF16 weights
  *              quantized on the CPU (quant_ops quant; the 151936-row Q6_K
  *              head uses random block bytes with sane scales instead:
  *              quantizing 311M weights would take minutes of the device
@@ -87,7 +87,7 @@ static void check_act_quant(int wtype, int64_t n, int rows)
                                    65519.99f, 65520.f, -70000.f, 1e30f, 0x1p-130f, INFINITY, -INFINITY, NAN};
         for (size_t i = 0; i < sizeof sp / sizeof sp[0] && (int64_t)i < n; i++) x[i] = sp[i];
     } else {
-        const int be = wtype == QTYPE_Q8_0 || wtype == QTYPE_Q4_0 ? 32 : 256;
+        const int be = qtype_get(wtype)->blck == 32 ? 32 : 256;
         /* block 1: all zero; block 2: the largest |x| twice, + first then - */
         for (int i = 0; i < be; i++) x[be + i] = 0.0f;
         x[2 * be + 5] = 7.5f;
@@ -125,6 +125,9 @@ TEST(test_act_quant)
     check_act_quant(QTYPE_Q8_0, 768, 1);
     check_act_quant(QTYPE_Q5_K, 768, 2);   /* Q8_K, through the Q5_K entry */
     check_act_quant(QTYPE_Q4_0, 768, 2);   /* Q8_0, through the Q4_0 entry */
+    check_act_quant(QTYPE_Q5_0, 768, 2);   /* Q8_0, through the Q5_0 entry */
+    check_act_quant(QTYPE_Q4_1, 2048, 3);  /* Q8_1 (d, s, qs) */
+    check_act_quant(QTYPE_Q5_1, 768, 2);   /* Q8_1, through the Q5_1 entry */
     check_act_quant(QTYPE_F16, 2048, 3);
     check_act_quant(QTYPE_BF16, 2048, 3);
     check_act_quant(QTYPE_F32, 2048, 3);
@@ -156,7 +159,7 @@ static void random_blocks(int wtype, uint8_t *w, size_t nblocks)
     for (size_t b = 0; b < nblocks; b++) {
         uint8_t *p = w + b * bb;
         const uint16_t d = fp32_to_fp16(1e-3f * (1.0f + (float)(rng_next() % 100) / 100.0f));
-        if (wtype == QTYPE_Q4_K || wtype == QTYPE_Q5_K) {
+        if (wtype == QTYPE_Q4_K || wtype == QTYPE_Q5_K || wtype == QTYPE_Q4_1 || wtype == QTYPE_Q5_1) {   /* d, dmin / m */
             memcpy(p, &d, 2);
             memcpy(p + 2, &d, 2);
         } else if (wtype == QTYPE_Q6_K) {
@@ -215,8 +218,8 @@ static double check_matvec(int wtype, int64_t rows, int64_t k, int real_quant)
 
 TEST(test_matvec)
 {
-    static const int types[] = {QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q8_0, QTYPE_Q4_0,
-                                QTYPE_F32, QTYPE_F16, QTYPE_BF16};
+    static const int types[] = {QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_Q5_0,
+                                QTYPE_Q4_1, QTYPE_Q5_1, QTYPE_F32, QTYPE_F16, QTYPE_BF16};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         check_matvec(types[t], 768, 2048, 1);    /* expert gate/up */
         check_matvec(types[t], 2048, 768, 1);    /* expert down */
@@ -230,6 +233,11 @@ TEST(test_matvec)
     check_matvec(QTYPE_F16, 301, 2048, 1);       /* 2-row tiles, the last one partial */
     check_matvec(QTYPE_Q4_0, 300, 256, 1);       /* 16 items a row: the direct kernel */
     check_matvec(QTYPE_Q8_0, 300, 256, 1);
+    check_matvec(QTYPE_Q5_0, 300, 256, 1);       /* 16 items a row: the direct kernel */
+    check_matvec(QTYPE_Q4_1, 300, 256, 1);
+    check_matvec(QTYPE_Q5_1, 300, 256, 1);
+    check_matvec(QTYPE_Q5_0, 301, 96, 1);        /* 6 items a row (direct kernel), odd rows */
+    check_matvec(QTYPE_Q5_1, 2048, 2048, 0);     /* random blocks (random qh bits) */
     check_matvec(QTYPE_BF16, 2048, 2048, 0);
     check_matvec(QTYPE_Q6_K, 151936, 2048, 0);   /* the output head */
 }
@@ -237,8 +245,8 @@ TEST(test_matvec)
 /* Batch with ids, per-item inputs, padded output rows. */
 TEST(test_matvec_batch)
 {
-    static const int types[] = {QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q8_0, QTYPE_Q4_0,
-                                QTYPE_F32, QTYPE_F16, QTYPE_BF16};
+    static const int types[] = {QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_Q5_0,
+                                QTYPE_Q4_1, QTYPE_Q5_1, QTYPE_F32, QTYPE_F16, QTYPE_BF16};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const int wtype = types[t];
         const qtype_info *qi = qtype_get(wtype);
@@ -390,13 +398,17 @@ TEST(test_errors)
     err_clear(&e);
     CHECK(cuda_matvec(g_cu, QTYPE_F32, (const void *)(uintptr_t)4, 8, 64, NULL, NULL, &e) == ERR_USAGE);   /* align */
     err_clear(&e);
-    CHECK(cuda_act_quant(g_cu, QTYPE_Q5_0, NULL, NULL, 256, 1, &e) == ERR_UNSUPPORTED);
+    CHECK(cuda_act_quant(g_cu, QTYPE_Q3_K, NULL, NULL, 256, 1, &e) == ERR_UNSUPPORTED);
     CHECK(cuda_act_bytes(QTYPE_Q4_K, 100) == 0);
     CHECK(cuda_act_bytes(QTYPE_Q4_K, 512) == 2 * 292);
     CHECK(cuda_act_bytes(QTYPE_Q5_K, 512) == 2 * 292);
     CHECK(cuda_act_bytes(QTYPE_Q8_0, 64) == 2 * 34);
     CHECK(cuda_act_bytes(QTYPE_Q4_0, 64) == 2 * 34);
     CHECK(cuda_act_bytes(QTYPE_Q4_0, 48) == 0);
+    CHECK(cuda_act_bytes(QTYPE_Q5_0, 64) == 2 * 34);
+    CHECK(cuda_act_bytes(QTYPE_Q4_1, 64) == 2 * 36);
+    CHECK(cuda_act_bytes(QTYPE_Q5_1, 64) == 2 * 36);
+    CHECK(cuda_act_bytes(QTYPE_Q5_1, 48) == 0);
     CHECK(cuda_act_bytes(QTYPE_F32, 10) == 40);
     CHECK(cuda_act_bytes(QTYPE_F16, 10) == 20);
     CHECK(cuda_act_bytes(QTYPE_BF16, 10) == 20);

@@ -1,7 +1,7 @@
 /* test_cuda_emu: runs the matvec kernels' per-item arithmetic
  * (src/backend/cuda/cuda_qdot.cuh, the same __host__ __device__ functions
  * the GPU runs) on the CPU, in the kernel's lane order, against quant_ops
- * dot. Needs no GPU, so CI checks the block/scale index math of every
+ * dot (Q4_K Q5_K Q6_K Q8_0 Q4_0 Q5_0 Q4_1 Q5_1 F32 F16 BF16). Needs no GPU, so CI checks the block/scale index math of every
  * matvec type on every run; test_cuda checks the real device.
  *
  * The emulation: the activation row (CPU act_quant, which the device
@@ -67,6 +67,9 @@ static void check(int wtype, int rows, int k)
     case QTYPE_Q5_K: item = qd_item_q5_K; nit = nb * QD_Q5K_ITEMS; break;
     case QTYPE_Q6_K: item = qd_item_q6_K; nit = nb * QD_Q6K_ITEMS; break;
     case QTYPE_Q4_0: item = qd_item_q4_0; nit = nb * QD_Q40_ITEMS; break;
+    case QTYPE_Q5_0: item = qd_item_q5_0; nit = nb * QD_Q50_ITEMS; break;
+    case QTYPE_Q4_1: item = qd_item_q4_1; nit = nb * QD_Q41_ITEMS; break;
+    case QTYPE_Q5_1: item = qd_item_q5_1; nit = nb * QD_Q51_ITEMS; break;
     case QTYPE_F32: item = item_f32; nit = k / QD_F32_PER_ITEM; break;
     case QTYPE_F16: item = item_f16; nit = k / QD_F16_PER_ITEM; break;
     case QTYPE_BF16: item = item_bf16; nit = k / QD_F16_PER_ITEM; break;
@@ -96,6 +99,8 @@ static void check(int wtype, int rows, int k)
         for (int i = 0; i < nb * 73; i++) qd_unpack_q8_K(xq, i, sxq, sxd, sxbs);
     else if (dt == QTYPE_Q8_0)
         for (int i = 0; i < nb * 17; i++) qd_unpack_q8_0(xq, i, sxq, sxd);
+    else if (dt == QTYPE_Q8_1)   /* float s in the xbs bytes, as the kernel's shared memory */
+        for (int i = 0; i < nb * 18; i++) qd_unpack_q8_1(xq, i, sxq, sxd, sxbs);
     else
         xs = (const int8_t *)xq;   /* F32 / F16 / BF16: the kernel reads the row raw */
 
@@ -125,6 +130,19 @@ TEST(test_emu_q5_K) { check(QTYPE_Q5_K, 24, 2048); check(QTYPE_Q5_K, 24, 768); }
 TEST(test_emu_q6_K) { check(QTYPE_Q6_K, 24, 2048); check(QTYPE_Q6_K, 24, 768); }
 TEST(test_emu_q8_0) { check(QTYPE_Q8_0, 24, 2048); check(QTYPE_Q8_0, 24, 768); }
 TEST(test_emu_q4_0) { check(QTYPE_Q4_0, 24, 2048); check(QTYPE_Q4_0, 24, 768); }
+TEST(test_emu_q5_0) { check(QTYPE_Q5_0, 24, 2048); check(QTYPE_Q5_0, 24, 768); check(QTYPE_Q5_0, 24, 256); }
+TEST(test_emu_q4_1) { check(QTYPE_Q4_1, 24, 2048); check(QTYPE_Q4_1, 24, 768); check(QTYPE_Q4_1, 24, 256); }
+TEST(test_emu_q5_1) { check(QTYPE_Q5_1, 24, 2048); check(QTYPE_Q5_1, 24, 768); check(QTYPE_Q5_1, 24, 256); }
+
+/* qd_hbits4: the 5th-bit spread of Q5_0 / Q5_1, every input. */
+TEST(test_emu_hbits4)
+{
+    for (uint32_t b = 0; b < 16; b++) {
+        uint32_t r = 0;
+        for (int i = 0; i < 4; i++) r |= ((b >> i) & 1u) << (8 * i + 4);
+        CHECK_MSG(qd_hbits4(b) == r, "hbits4(%u) = %08x, want %08x", b, qd_hbits4(b), r);
+    }
+}
 TEST(test_emu_float)
 {
     check(QTYPE_F32, 24, 2048);
@@ -175,6 +193,10 @@ int main(void)
     RUN(test_emu_q6_K);
     RUN(test_emu_q8_0);
     RUN(test_emu_q4_0);
+    RUN(test_emu_q5_0);
+    RUN(test_emu_q4_1);
+    RUN(test_emu_q5_1);
+    RUN(test_emu_hbits4);
     RUN(test_emu_float);
     RUN(test_emu_half_conv);
     return test_summary("cuda_emu");

@@ -251,6 +251,29 @@ static void check_model(const model_spec *ms)
                   e.msg);
         const double ms_g = timer_ms() - t0;
         if (!ok || e.code) goto done;
+        /* the graph path (default) against the plain one: identical ids */
+        {
+            int32_t pi[N_GREEDY + 1];
+            pi[0] = gi[0];
+            cuda_model_set_graph(g, 0);
+            const double t1 = timer_ms();
+            CHECK_MSG(cuda_model_greedy(g, pi[0], N_PROMPT, N_GREEDY, pi + 1, &e) == 0, "%s: plain greedy: %s",
+                      ms->name, e.msg);
+            const double ms_p = timer_ms() - t1;
+            cuda_model_set_graph(g, 1);
+            if (e.code) goto done;
+            int same = 0;
+            while (same <= N_GREEDY && pi[same] == gi[same]) same++;
+            printf("    graph vs plain greedy: %d of %d ids identical (graph %.1f tok/s incl. capture, plain "
+                   "%.1f tok/s)\n", same, N_GREEDY + 1, N_GREEDY / (ms_g / 1e3), N_GREEDY / (ms_p / 1e3));
+            CHECK_MSG(same == N_GREEDY + 1, "%s: graph greedy differs from plain greedy at step %d", ms->name, same);
+            /* a second graph call (replays the captured graph) from the same start */
+            int32_t ri[N_GREEDY + 1];
+            ri[0] = gi[0];
+            CHECK_MSG(cuda_model_greedy(g, ri[0], N_PROMPT, N_GREEDY, ri + 1, &e) == 0, "%s: greedy again: %s",
+                      ms->name, e.msg);
+            CHECK_MSG(memcmp(ri, gi, sizeof ri) == 0, "%s: a replayed graph greedy differs", ms->name);
+        }
         int div = -1;
         for (int i = 0; i <= N_GREEDY && div < 0; i++)
             if (gi[i] != ci[i]) div = i;
@@ -329,6 +352,18 @@ TEST(test_errors)
     err_clear(&e);
     CHECK_MSG(cuda_model_greedy(g, ok_id, 0, 8, out, &e) == 0, "%s", e.msg);   /* f32 KV, to the last position */
     for (int i = 0; i < 8; i++) CHECK(out[i] >= 0 && out[i] < c.hp.n_vocab);
+    {   /* graph (above) vs plain, both ending at the last position; then a graph call from the middle */
+        int32_t pl[8];
+        cuda_model_set_graph(g, 0);
+        CHECK_MSG(cuda_model_greedy(g, ok_id, 0, 8, pl, &e) == 0, "%s", e.msg);
+        CHECK_MSG(memcmp(pl, out, sizeof pl) == 0, "graph and plain greedy differ (f32 KV, n_ctx 8)");
+        CHECK_MSG(cuda_model_greedy(g, out[3], 4, 4, pl, &e) == 0, "%s", e.msg);
+        cuda_model_set_graph(g, 1);
+        int32_t gr[4];
+        CHECK_MSG(cuda_model_greedy(g, out[3], 4, 4, gr, &e) == 0, "%s", e.msg);
+        CHECK_MSG(memcmp(pl, gr, sizeof gr) == 0 && memcmp(gr, out + 4, sizeof gr) == 0,
+                  "graph greedy from position 4 differs");
+    }
     free(yl);
     cuda_model_close(g);
     cpu_close(&c);
@@ -381,6 +416,19 @@ static int bench(const char *path)
     t0 = timer_ms();
     if (!rc) rc = cuda_model_greedy(g, out[n_warm - 1], 1 + n_warm, n_tok, out, &e);
     const double s = (timer_ms() - t0) / 1e3;
+    /* the plain path (one launch per kernel), same positions, for comparison */
+    int32_t *out2 = xmalloc(sizeof(int32_t) * (size_t)n_ctx);
+    double s_plain = 0;
+    if (!rc) {
+        cuda_model_set_graph(g, 0);
+        rc = cuda_model_greedy(g, out[n_warm - 1], 1 + n_warm, n_tok, out2, &e);   /* warm-up */
+        t0 = timer_ms();
+        if (!rc) rc = cuda_model_greedy(g, out[n_warm - 1], 1 + n_warm, n_tok, out2, &e);
+        s_plain = (timer_ms() - t0) / 1e3;
+        if (!rc && memcmp(out, out2, sizeof(int32_t) * (size_t)n_tok) != 0)
+            printf("bench: WARNING: graph and plain greedy ids differ\n");
+    }
+    free(out2);
     cuda_model_close(g);
     if (rc) { fprintf(stderr, "bench: %s\n", e.msg); cpu_close(&c); free(out); free(lg); return 1; }
     const double tps = n_tok / s, gbs = per_tok * tps / 1e9;
@@ -403,6 +451,8 @@ static int bench(const char *path)
     if (e.code) fprintf(stderr, "bench: read probe: %s\n", e.msg);
     if (cu) { cuda_free(cu, buf); cuda_free(cu, sink); cuda_close(cu); }
 
+    printf("bench: plain greedy (a launch per kernel) %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok,
+           s_plain, n_tok / s_plain, 1e3 * s_plain / n_tok);
     printf("bench: greedy %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok, s, tps, 1e3 / tps);
     printf("bench: weight bytes per token %.1f MB (dense %.1f MB incl. head %.1f MB, %d experts x %d layers "
            "%.1f MB) -> %.0f GB/s\n", per_tok / 1e6, dense / 1e6, tbytes(&w->output) / 1e6, hp->n_expert_used,

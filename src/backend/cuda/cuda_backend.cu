@@ -123,6 +123,61 @@ extern "C" int cuda_timer_end(cuda_ctx *c, float *ms, err *e)
     return r;
 }
 
+/* ==== Graphs ==== */
+
+struct cuda_graph {
+    cudaGraph_t     graph;
+    cudaGraphExec_t exec;
+};
+
+extern "C" int cuda_graph_begin(cuda_ctx *c, err *e)
+{
+    return cuda_fail(e, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "stream begin capture");
+}
+
+extern "C" int cuda_graph_end(cuda_ctx *c, cuda_graph **out, err *e)
+{
+    *out = NULL;
+    cudaGraph_t graph = NULL;
+    cudaError_t rc = cudaStreamEndCapture(c->stream, &graph);
+    if (rc != cudaSuccess || !graph) {
+        if (graph) cudaGraphDestroy(graph);
+        cudaGetLastError();
+        return cuda_fail(e, rc != cudaSuccess ? rc : cudaErrorStreamCaptureInvalidated, "stream end capture");
+    }
+    cudaGraphExec_t exec = NULL;
+    rc = cudaGraphInstantiate(&exec, graph, 0);
+    if (rc != cudaSuccess) {
+        cudaGraphDestroy(graph);
+        cudaGetLastError();
+        return cuda_fail(e, rc, "graph instantiate");
+    }
+    cuda_graph *g = (cuda_graph *)calloc(1, sizeof *g);
+    if (!g) {
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        return err_setf(e, ERR_NOMEM, "cuda: out of memory");
+    }
+    g->graph = graph;
+    g->exec = exec;
+    *out = g;
+    return 0;
+}
+
+extern "C" int cuda_graph_launch(cuda_ctx *c, cuda_graph *g, err *e)
+{
+    if (!g) return err_setf(e, ERR_USAGE, "cuda_graph_launch: no graph");
+    return cuda_fail(e, cudaGraphLaunch(g->exec, c->stream), "graph launch");
+}
+
+extern "C" void cuda_graph_free(cuda_graph *g)
+{
+    if (!g) return;
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->graph) cudaGraphDestroy(g->graph);
+    free(g);
+}
+
 /* Grid-stride read of n16 uint4s; each thread keeps 4 independent loads in
  * flight per iteration; the xor-fold goes to one atomic per block. */
 __global__ void k_read_probe(const uint4 *__restrict__ p, size_t n16, uint32_t *sink)

@@ -81,26 +81,50 @@ int  cuda_timer_end(cuda_ctx *c, float *ms, err *e);
  * cannot be dropped. bytes must be a multiple of 16, buf 16-byte aligned. */
 int  cuda_read_probe(cuda_ctx *c, const void *buf_dev, size_t bytes, uint32_t *sink_dev, err *e);
 
+/* ==== CUDA graphs: capture a sequence of enqueued calls, replay it ====
+ * cuda_graph_begin starts capturing the context's stream (thread-local
+ * capture mode): every enqueued call after it (kernels, cuda_memset,
+ * cuda_copy_d2d) is recorded, not run, until cuda_graph_end, which ends the
+ * capture and instantiates the recorded work into *g (NULL on failure).
+ * Synchronous calls (cuda_upload, cuda_download, cuda_sync, the timers) are
+ * not allowed while capturing: they fail and invalidate the capture. After
+ * a failed call inside a capture, still call cuda_graph_end (it ends the
+ * capture, returns the error and frees what was recorded) before using the
+ * context again. cuda_graph_launch enqueues one replay of g on the stream
+ * (asynchronous, like a kernel); the replay reads and writes exactly the
+ * device pointers captured, so anything that changes per replay must live
+ * in device memory the graph itself reads (e.g. a position slot).
+ * cuda_graph_free: NULL is a no-op; the graph must not be running (sync
+ * first). */
+typedef struct cuda_graph cuda_graph;   /* opaque */
+int  cuda_graph_begin(cuda_ctx *c, err *e);
+int  cuda_graph_end(cuda_ctx *c, cuda_graph **g, err *e);
+int  cuda_graph_launch(cuda_ctx *c, cuda_graph *g, err *e);
+void cuda_graph_free(cuda_graph *g);
+
 /* ==== Activation quantization ====
  * The matvec for weight type wtype reads its input already quantized to the
  * weight's dot type (qtype dot_type), as the CPU does: Q8_K for
- * Q4_K/Q5_K/Q6_K, Q8_0 for Q8_0/Q4_0, f16 for F16, bf16 for BF16, f32 for
- * F32. cuda_act_bytes: bytes of one quantized row of n elements for
- * weights of type wtype; 0 if wtype is unsupported or n is not a whole
- * number of blocks (float types: any n > 0).
+ * Q4_K/Q5_K/Q6_K, Q8_0 for Q8_0/Q4_0/Q5_0, Q8_1 for Q4_1/Q5_1, f16 for
+ * F16, bf16 for BF16, f32 for F32. cuda_act_bytes: bytes of one quantized
+ * row of n elements for weights of type wtype; 0 if wtype is unsupported
+ * or n is not a whole number of blocks (float types: any n > 0).
  *
  * cuda_act_quant quantizes `rows` rows of n floats (x, row-major) into xq
  * (rows * cuda_act_bytes(wtype, n) bytes, rows back to back), BIT-IDENTICAL
  * to the CPU's act_quant of the dot type (quant_ref_quant_q8_K: first
  * largest |x| sets the sign of the scale, nearest-even, q <= 127;
  * quant_ref_act_quant_q8_0: q = round-half-even(x * (127/amax)), d =
- * half(amax/127); f16 / bf16: fp32_to_fp16 / fp32_to_bf16, round to
+ * half(amax/127); quant_ref_act_quant_q8_1: the same d and qs, s =
+ * half(d * (float)sum), sum the wrapping int32 sum of the unsaturated
+ * conversions; f16 / bf16: fp32_to_fp16 / fp32_to_bf16, round to
  * nearest even, inf/NaN as those; f32: a copy). Q8 inputs must be finite.
  * Enqueued. */
 size_t cuda_act_bytes(int wtype, int64_t n);
 int  cuda_act_quant(cuda_ctx *c, int wtype, const float *x_dev, void *xq_dev, int64_t n, int rows, err *e);
 
-/* ==== Quantized matvec (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, F32, F16, BF16) ====
+/* ==== Quantized matvec (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1,
+ *      F32, F16, BF16) ====
  * For b in [0, n_batch): matrix m = ids ? ids[b] : b, whose `rows` rows of k
  * weights lie back to back at w + m * w_stride (ggml row layout, rows of
  * k/blck blocks); input row xb at xq + b * x_stride (already quantized by
@@ -109,24 +133,25 @@ int  cuda_act_quant(cuda_ctx *c, int wtype, const float *x_dev, void *xq_dev, in
  *
  * Per block the arithmetic is the CPU dot's (quant_ref_dot_*): integer
  * products and sums per (sub-)block, then float scaling with the same
- * factors (d_w * d_x, and dmin_w * d_x for the Q4_K/Q5_K mins). Float
- * weights: the CPU's float products (exact for f16 and bf16), summed in
- * float instead of double. Blocks are split across a warp and summed in a
- * different order than the CPU's, so results agree up to float rounding
- * (tests: NMSE < 1e-10).
+ * factors (d_w * d_x, and dmin_w * d_x for the Q4_K/Q5_K mins; Q4_1/Q5_1
+ * add m_w * s_x a block). Float weights: the CPU's float products (exact
+ * for f16 and bf16), summed in float instead of double. Blocks are split
+ * across a warp and summed in a different order than the CPU's, so results
+ * agree up to float rounding (tests: NMSE < 1e-10).
  *
  * Alignment: w (and w_stride) 16-byte aligned for Q4_K, Q5_K, F32, F16,
- * BF16; 2-byte for Q6_K / Q8_0 / Q4_0 (any row size: the kernel stages
- * whole tiles with 16-byte copies and copies the unaligned ends
- * byte-wise). xq (and x_stride): 4-byte aligned for Q8_K, 2 for Q8_0, 16
- * for f32/f16/bf16 activations. GGUF tensor data is 32-byte aligned.
+ * BF16; 2-byte for Q6_K / Q8_0 / Q4_0 / Q5_0 / Q4_1 / Q5_1 (any row
+ * size: the kernel stages whole tiles with 16-byte copies and copies the
+ * unaligned ends byte-wise). xq (and x_stride): 4-byte aligned for Q8_K,
+ * 2 for Q8_0 and Q8_1, 16 for f32/f16/bf16 activations. GGUF tensor data
+ * is 32-byte aligned.
  * ids: device int32, each in [0, number of matrices): not checked.
- * Limits: k a multiple of 256 (K-quants), 32 (Q8_0, Q4_0), 4 (F32) or 8
- * (F16, BF16); one row of weights (tiles shrink to 1 row when 4 rows
- * exceed 64 KB) plus the unpacked activation must fit in the device's
- * shared memory (k up to about 100000 for Q8_0, 58000 for F32). Enqueued. */
+ * Limits: k a multiple of 256 (K-quants), 32 (Q8_0, Q4_0, Q5_0, Q4_1,
+ * Q5_1), 4 (F32) or 8 (F16, BF16); one row of weights (tiles shrink to 1
+ * row when 4 rows exceed 64 KB) plus the unpacked activation must fit in
+ * the device's shared memory (k up to about 100000 for Q8_0, 58000 for F32). Enqueued. */
 typedef struct cuda_matvec_args {
-    int            wtype;     /* QTYPE_Q4_K/Q5_K/Q6_K/Q8_0/Q4_0/F32/F16/BF16 (quant/qtype.h ids) */
+    int            wtype;     /* QTYPE_Q4_K/Q5_K/Q6_K/Q8_0/Q4_0/Q5_0/Q4_1/Q5_1/F32/F16/BF16 (qtype.h ids) */
     const void    *w;         /* device */
     size_t         w_stride;  /* bytes from matrix m to m + 1 */
     const int32_t *ids;       /* device, n_batch entries, or NULL */
@@ -228,6 +253,15 @@ int  cuda_moe_combine(cuda_ctx *c, float *x_dev, const float *eout_dev, const fl
                       int64_t n, err *e);
 int  cuda_add(cuda_ctx *c, float *y_dev, const float *a_dev, const float *b_dev, int64_t n, err *e);
 int  cuda_argmax(cuda_ctx *c, int32_t *out_dev, const float *x_dev, int rows, int64_t n, err *e);
+
+/* ==== Decode step bookkeeping (cuda_step.cu) ====
+ * cuda_step_advance: one thread: p = *pos_slot; tok_hist[p + 1] =
+ *   *tok_slot; *pos_slot = p + 1. With the argmax written to tok_slot and
+ *   every kernel of a step reading its token and position from tok_slot and
+ *   pos_slot, a decode step is the same sequence of calls every time (one
+ *   captured graph replays it). tok_hist needs p + 2 entries; the caller
+ *   keeps p within it. Enqueued. */
+int  cuda_step_advance(cuda_ctx *c, int32_t *tok_slot_dev, int32_t *pos_slot_dev, int32_t *tok_hist_dev, err *e);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
-/* cuda_matvec.cu: activation quantization (Q8_K, Q8_0, f16, bf16, f32) and
- * the decode matvec for Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / F32 / F16 / BF16
- * weights.
+/* cuda_matvec.cu: activation quantization (Q8_K, Q8_0, Q8_1, f16, bf16,
+ * f32) and the decode matvec for Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 / Q5_0 /
+ * Q4_1 / Q5_1 / F32 / F16 / BF16 weights.
  *
  * Matvec design (bandwidth-bound: every weight byte is read once, ~0.56 B
  * per weight for Q4_K, so the kernel must keep HBM busy, not the ALUs):
@@ -91,7 +91,10 @@ __global__ void k_quant_q8_K(const float *__restrict__ x, uint8_t *__restrict__ 
 /* One warp per 32-value block, lane = element: quant_ref_act_quant_q8_0
  * bit for bit: amax; id = amax ? 127/amax : 0; d = half(amax/127) (RNE);
  * q = saturate(round-half-even(x*id)), a non-finite product -> INT_MIN ->
- * -128 (only when 127/amax overflows). */
+ * -128 (only when 127/amax overflows). Q81: quant_ref_act_quant_q8_1, the
+ * same d and q after a second f16, s = half(d * (float)sum), sum the
+ * wrapping int32 sum of the UNSATURATED conversions (as ggml's). */
+template <int Q81>
 __global__ void k_quant_q8_0(const float *__restrict__ x, uint8_t *__restrict__ out, int64_t nblocks)
 {
     const int lane = threadIdx.x & 31;
@@ -104,6 +107,20 @@ __global__ void k_quant_q8_0(const float *__restrict__ x, uint8_t *__restrict__ 
     const float id = am != 0.f ? 127.f / am : 0.f;
     const float t = __fmul_rn(v, id);
     int q = isfinite(t) ? __float2int_rn(t) : INT_MIN;
+    if (Q81) {
+        uint32_t sum = (uint32_t)q;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        q = q < -128 ? -128 : q > 127 ? 127 : q;
+        uint8_t *ob = out + gb * QD_Q81_BYTES;
+        ob[4 + lane] = (uint8_t)(int8_t)q;
+        if (lane == 0) {
+            const float d = am / 127.f;
+            qd_st16(ob, __half_as_ushort(__float2half_rn(d)));
+            qd_st16(ob + 2, __half_as_ushort(__float2half_rn(__fmul_rn(d, (float)(int32_t)sum))));
+        }
+        return;
+    }
     q = q < -128 ? -128 : q > 127 ? 127 : q;
     uint8_t *ob = out + gb * CQ8_0_BYTES;
     ob[2 + lane] = (uint8_t)(int8_t)q;
@@ -128,7 +145,10 @@ extern "C" size_t cuda_act_bytes(int wtype, int64_t n)
     case QTYPE_Q5_K:
     case QTYPE_Q6_K: return n % CQK_K ? 0 : (size_t)(n / CQK_K) * CQ8_K_BYTES;
     case QTYPE_Q8_0:
-    case QTYPE_Q4_0: return n % CQK8_0 ? 0 : (size_t)(n / CQK8_0) * CQ8_0_BYTES;
+    case QTYPE_Q4_0:
+    case QTYPE_Q5_0: return n % CQK8_0 ? 0 : (size_t)(n / CQK8_0) * CQ8_0_BYTES;
+    case QTYPE_Q4_1:
+    case QTYPE_Q5_1: return n % CQK8_0 ? 0 : (size_t)(n / CQK8_0) * QD_Q81_BYTES;
     case QTYPE_F32: return (size_t)n * 4;
     case QTYPE_F16:
     case QTYPE_BF16: return (size_t)n * 2;
@@ -152,9 +172,12 @@ extern "C" int cuda_act_quant(cuda_ctx *c, int wtype, const float *x, void *xq, 
         const unsigned grid = (unsigned)(nblk < 65536 ? nblk : 65536);
         if (wtype == QTYPE_F16) k_quant_half<0><<<grid, 256, 0, c->stream>>>(x, (uint16_t *)xq, nn);
         else k_quant_half<1><<<grid, 256, 0, c->stream>>>(x, (uint16_t *)xq, nn);
-    } else if (wtype == QTYPE_Q8_0 || wtype == QTYPE_Q4_0) {
+    } else if (wtype == QTYPE_Q8_0 || wtype == QTYPE_Q4_0 || wtype == QTYPE_Q5_0) {
         const int64_t nb = n / CQK8_0 * rows;
-        k_quant_q8_0<<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, (uint8_t *)xq, nb);
+        k_quant_q8_0<0><<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, (uint8_t *)xq, nb);
+    } else if (wtype == QTYPE_Q4_1 || wtype == QTYPE_Q5_1) {
+        const int64_t nb = n / CQK8_0 * rows;
+        k_quant_q8_0<1><<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, (uint8_t *)xq, nb);
     } else {
         const int64_t nb = n / CQK_K * rows;
         k_quant_q8_K<<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, (uint8_t *)xq, nb);
@@ -200,9 +223,10 @@ __device__ __forceinline__ int stage_tile(uint8_t *s, const uint8_t *g, size_t n
 
 /* Per weight type: BE weights per block (float types: per 16-byte item),
  * BB bytes per block, IPB items per block, ACT how the activation row is
- * read (unpacked from Q8_K or Q8_0 blocks into shared memory, or RAW from
- * global memory), WAL / XAL the alignment weights / activation rows need. */
-enum { MV_ACT_Q8K, MV_ACT_Q80, MV_ACT_RAW };
+ * read (unpacked from Q8_K, Q8_0 or Q8_1 blocks into shared memory, or RAW
+ * from global memory), WAL / XAL the alignment weights / activation rows
+ * need. */
+enum { MV_ACT_Q8K, MV_ACT_Q80, MV_ACT_Q81, MV_ACT_RAW };
 template <int QT> struct mv_traits;
 template <> struct mv_traits<QTYPE_Q4_K> {
     enum { BE = 256, BB = CQ4_K_BYTES, IPB = QD_Q4K_ITEMS, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4 };
@@ -218,6 +242,15 @@ template <> struct mv_traits<QTYPE_Q8_0> {
 };
 template <> struct mv_traits<QTYPE_Q4_0> {
     enum { BE = 32, BB = QD_Q40_BYTES, IPB = QD_Q40_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
+};
+template <> struct mv_traits<QTYPE_Q5_0> {
+    enum { BE = 32, BB = QD_Q50_BYTES, IPB = QD_Q50_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
+};
+template <> struct mv_traits<QTYPE_Q4_1> {
+    enum { BE = 32, BB = QD_Q41_BYTES, IPB = QD_Q41_ITEMS, ACT = MV_ACT_Q81, WAL = 2, XAL = 2 };
+};
+template <> struct mv_traits<QTYPE_Q5_1> {
+    enum { BE = 32, BB = QD_Q51_BYTES, IPB = QD_Q51_ITEMS, ACT = MV_ACT_Q81, WAL = 2, XAL = 2 };
 };
 template <> struct mv_traits<QTYPE_F32> {
     enum { BE = QD_F32_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16 };
@@ -238,6 +271,9 @@ __device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, con
     if (QT == QTYPE_Q5_K) return qd_item_q5_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q6_K) return qd_item_q6_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q4_0) return qd_item_q4_0(w, xq, xd, xbs, it);
+    if (QT == QTYPE_Q5_0) return qd_item_q5_0(w, xq, xd, xbs, it);
+    if (QT == QTYPE_Q4_1) return qd_item_q4_1(w, xq, xd, xbs, it);
+    if (QT == QTYPE_Q5_1) return qd_item_q5_1(w, xq, xd, xbs, it);
     if (QT == QTYPE_F32) return qd_item_f32(w, (const uint8_t *)xq, it);
     if (QT == QTYPE_F16) return qd_item_f16(w, (const uint8_t *)xq, it);
     if (QT == QTYPE_BF16) return qd_item_bf16(w, (const uint8_t *)xq, it);
@@ -268,6 +304,8 @@ __device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s
         for (int w = threadIdx.x; w < nb * 73; w += blockDim.x) qd_unpack_q8_K(gx, w, sxq, *sxd, *sxbs);
     } else if (T::ACT == MV_ACT_Q80) {
         for (int w = threadIdx.x; w < nb * 17; w += blockDim.x) qd_unpack_q8_0(gx, w, sxq, *sxd);
+    } else if (T::ACT == MV_ACT_Q81) {
+        for (int w = threadIdx.x; w < nb * 18; w += blockDim.x) qd_unpack_q8_1(gx, w, sxq, *sxd, *sxbs);
     } else {
         return (const int8_t *)gx;
     }
@@ -442,7 +480,8 @@ int cuda_matvec_init(cuda_ctx *c, err *e)
     const int lim = (int)c->info.smem_per_block_optin;
     int r = 0;
     if ((r = mv_attr<QTYPE_Q4_K>(lim, e)) || (r = mv_attr<QTYPE_Q5_K>(lim, e)) || (r = mv_attr<QTYPE_Q6_K>(lim, e)) ||
-        (r = mv_attr<QTYPE_Q8_0>(lim, e)) || (r = mv_attr<QTYPE_Q4_0>(lim, e)) || (r = mv_attr<QTYPE_F32>(lim, e)) ||
+        (r = mv_attr<QTYPE_Q8_0>(lim, e)) || (r = mv_attr<QTYPE_Q4_0>(lim, e)) || (r = mv_attr<QTYPE_Q5_0>(lim, e)) ||
+        (r = mv_attr<QTYPE_Q4_1>(lim, e)) || (r = mv_attr<QTYPE_Q5_1>(lim, e)) || (r = mv_attr<QTYPE_F32>(lim, e)) ||
         (r = mv_attr<QTYPE_F16>(lim, e)) || (r = mv_attr<QTYPE_BF16>(lim, e)))
         return r;
     return 0;
@@ -515,6 +554,9 @@ extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     case QTYPE_Q6_K: return mv_run<QTYPE_Q6_K>(c, a, e);
     case QTYPE_Q8_0: return mv_run<QTYPE_Q8_0>(c, a, e);
     case QTYPE_Q4_0: return mv_run<QTYPE_Q4_0>(c, a, e);
+    case QTYPE_Q5_0: return mv_run<QTYPE_Q5_0>(c, a, e);
+    case QTYPE_Q4_1: return mv_run<QTYPE_Q4_1>(c, a, e);
+    case QTYPE_Q5_1: return mv_run<QTYPE_Q5_1>(c, a, e);
     case QTYPE_F32: return mv_run<QTYPE_F32>(c, a, e);
     case QTYPE_F16: return mv_run<QTYPE_F16>(c, a, e);
     case QTYPE_BF16: return mv_run<QTYPE_BF16>(c, a, e);

@@ -17,7 +17,9 @@
  *            (tok[p], n_ctx + 1 entries: greedy's argmax of position p is
  *            written to tok[p + 1], where the next step's get_rows reads
  *            it) and the constant array pos[p] = p, so a step's position is
- *            a device pointer (pos + p) and no step uploads anything.
+ *            a device pointer (pos + p) and no step uploads anything;
+ *            and two slots, the current token and position (step[0],
+ *            step[1]), that a graph-replayed greedy step reads instead.
  *
  * Activation rows: each matvec input is quantized by cuda_act_quant to the
  * weight's dot type into the one buffer xq, right before its matvec; the
@@ -27,7 +29,15 @@
  *
  * Rows are evaluated one at a time. For a prompt of n rows the last layer's
  * attention and MoE (which only feed logits) run only for the last row, as
- * the CPU does with n_out = 1; every row's K/V goes to the cache. */
+ * the CPU does with n_out = 1; every row's K/V goes to the cache.
+ *
+ * Greedy decode replays ONE captured CUDA graph per token (captured at the
+ * first cuda_model_greedy, kept until close): the step reads its token and
+ * position from the device slots step[0..1], its argmax goes to step[0],
+ * and cuda_step_advance appends it to tok[pos + 1] and increments step[1],
+ * so the same graph serves every step and every position. The plain path
+ * (one enqueued kernel at a time, pointers tok + p / pos + p) is kept as
+ * the reference (cuda_model_set_graph(m, 0)). */
 #include "backend/cuda/cuda_model.h"
 
 #include <math.h>
@@ -94,7 +104,10 @@ struct cuda_model {
     float    *layer_out;     /* (n_layer, n_embd) residual after each layer */
     int32_t  *tok;           /* (n_ctx + 1) token of each position */
     int32_t  *pos;           /* (n_ctx) pos[p] = p */
+    int32_t  *step;          /* (2) graph steps: [0] token, [1] position */
     int       have_layer_out;
+    int       use_graph;     /* greedy replays `graph` (default 1) */
+    cuda_graph *graph;       /* one greedy step, NULL until the first greedy */
 };
 
 /* ==== Open: carve, upload ==== */
@@ -264,6 +277,7 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     m->layer_out = carve(c, NULL, sizeof(float) * (size_t)hp->n_layer * E);
     m->tok = carve(c, NULL, sizeof(int32_t) * ((size_t)m->n_ctx + 1));
     m->pos = carve(c, NULL, sizeof(int32_t) * (size_t)m->n_ctx);
+    m->step = carve(c, NULL, sizeof(int32_t) * 2);
 }
 
 int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const cuda_model_opts *o, err *e)
@@ -283,6 +297,7 @@ int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const
     m->hp = *hp;
     m->n_ctx = o->n_ctx;
     m->kv_f16 = o->kv_f16 != 0;
+    m->use_graph = 1;
     int rc = 0;
     int32_t *pos = NULL;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
@@ -333,6 +348,7 @@ void cuda_model_close(cuda_model *m)
     if (!m) return;
     if (m->cu) {
         cuda_sync(m->cu, NULL);
+        cuda_graph_free(m->graph);
         cuda_free(m->cu, m->spool);
         cuda_free(m->cu, m->kvpool);
         cuda_free(m->cu, m->wpool);
@@ -389,15 +405,14 @@ static int mv_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_str
     return cuda_matvec_batch(m->cu, &a, e);
 }
 
-/* Attention half of layer l for the row in m->x at position p: writes K/V
- * of p to the cache; when `full`, also x = Wo . attn + x. */
-static int layer_attn(cuda_model *m, int l, int p, int full, err *e)
+/* Attention half of layer l for the row in m->x at position *pos (device):
+ * writes its K/V to the cache; when `full`, also x = Wo . attn + x. */
+static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, err *e)
 {
     const hparams *hp = &m->hp;
     const dlayer *dl = &m->layers[l];
     const int E = hp->n_embd, D = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
     const int64_t kvd = (int64_t)Hkv * D;
-    const int32_t *pos = m->pos + p;
     cuda_ctx *cu = m->cu;
 
     TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->attn_norm, E, 1, hp->rms_eps, e));
@@ -454,19 +469,19 @@ static int layer_moe(cuda_model *m, int l, err *e)
     return cuda_moe_combine(cu, m->x, m->eout, m->selw, 1, K, E, e);
 }
 
-/* One row: the token at tok[p], position p. `record` copies the residual
+/* One row: the token at *tok, position *pos (device pointers). `record` copies the residual
  * after each layer to m->layer_out (and runs the last layer completely);
  * `head` writes the logits to m->logits. Without either, the last layer
  * stops after its K/V store: nothing else of it feeds the cache. */
-static int row(cuda_model *m, int p, int record, int head, err *e)
+static int row(cuda_model *m, const int32_t *tok, const int32_t *pos, int record, int head, err *e)
 {
     const hparams *hp = &m->hp;
     const int E = hp->n_embd, L = hp->n_layer;
-    TRY(cuda_get_rows(m->cu, m->tok_embd.type, m->tok_embd.d, m->tok_embd.row_bytes, m->tok_embd.rows, E, m->tok + p,
-                      1, m->x, NULL, e));
+    TRY(cuda_get_rows(m->cu, m->tok_embd.type, m->tok_embd.d, m->tok_embd.row_bytes, m->tok_embd.rows, E, tok, 1,
+                      m->x, NULL, e));
     for (int l = 0; l < L; l++) {
         const int full = l < L - 1 || record || head;
-        TRY(layer_attn(m, l, p, full, e));
+        TRY(layer_attn(m, l, pos, full, e));
         if (!full) break;
         TRY(layer_moe(m, l, e));
         if (record) TRY(cuda_copy_d2d(m->cu, m->layer_out + (size_t)l * E, m->x, sizeof(float) * (size_t)E, e));
@@ -489,12 +504,30 @@ int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *l
     m->have_layer_out = 0;
     for (int i = 0; i < n; i++) {
         const int last = i == n - 1;
-        TRY(row(m, pos0 + i, last, last && logits, e));
+        TRY(row(m, m->tok + pos0 + i, m->pos + pos0 + i, last, last && logits, e));
     }
     if (logits) TRY(cuda_download(m->cu, logits, m->logits, sizeof(float) * (size_t)m->hp.n_vocab, e));
     else TRY(cuda_sync(m->cu, e));
     m->have_layer_out = 1;
     return 0;
+}
+
+/* Capture one greedy step into m->graph: the row at token step[0] and
+ * position step[1], its argmax to step[0], then tok[step[1] + 1] = step[0]
+ * and step[1] += 1. */
+static int capture_step(cuda_model *m, err *e)
+{
+    TRY(cuda_graph_begin(m->cu, e));
+    int rc = row(m, m->step, m->step + 1, 0, 1, e);
+    if (!rc) rc = cuda_argmax(m->cu, m->step, m->logits, 1, m->hp.n_vocab, e);
+    if (!rc) rc = cuda_step_advance(m->cu, m->step, m->step + 1, m->tok, e);
+    if (rc) {
+        cuda_graph *g = NULL;
+        cuda_graph_end(m->cu, &g, NULL);   /* ends the capture; the first error stays in e */
+        cuda_graph_free(g);
+        return rc;
+    }
+    return cuda_graph_end(m->cu, &m->graph, e);
 }
 
 int cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32_t *out_ids, err *e)
@@ -505,16 +538,25 @@ int cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32
     if (first < 0 || first >= m->hp.n_vocab)
         return err_setf(e, ERR_RANGE, "cuda_model_greedy: token id %d out of range (n_vocab %d)", (int)first,
                         m->hp.n_vocab);
-    TRY(cuda_upload(m->cu, m->tok + pos0, &first, sizeof first, e));
     m->have_layer_out = 0;   /* the steps below do not record them */
-    for (int i = 0; i < n_steps; i++) {
-        const int p = pos0 + i;
-        TRY(row(m, p, 0, 1, e));
-        /* the argmax is the next position's token (tok has n_ctx + 1 entries) */
-        TRY(cuda_argmax(m->cu, m->tok + p + 1, m->logits, 1, m->hp.n_vocab, e));
+    if (m->use_graph) {
+        const int32_t slots[2] = { first, pos0 };
+        TRY(cuda_upload(m->cu, m->step, slots, sizeof slots, e));
+        if (!m->graph) TRY(capture_step(m, e));
+        for (int i = 0; i < n_steps; i++) TRY(cuda_graph_launch(m->cu, m->graph, e));
+    } else {
+        TRY(cuda_upload(m->cu, m->tok + pos0, &first, sizeof first, e));
+        for (int i = 0; i < n_steps; i++) {
+            const int p = pos0 + i;
+            TRY(row(m, m->tok + p, m->pos + p, 0, 1, e));
+            /* the argmax is the next position's token (tok has n_ctx + 1 entries) */
+            TRY(cuda_argmax(m->cu, m->tok + p + 1, m->logits, 1, m->hp.n_vocab, e));
+        }
     }
     return cuda_download(m->cu, out_ids, m->tok + pos0 + 1, sizeof(int32_t) * (size_t)n_steps, e);
 }
+
+void cuda_model_set_graph(cuda_model *m, int on) { m->use_graph = on != 0; }
 
 int cuda_model_layer_outputs(cuda_model *m, float *out, err *e)
 {

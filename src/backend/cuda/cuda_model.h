@@ -60,6 +60,12 @@ int  cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *
  * download of n_steps ids). pos0 + n_steps <= n_ctx. */
 int  cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32_t *out_ids, err *e);
 
+/* Greedy's execution: on (the default), each step is one replay of a CUDA
+ * graph captured at the first cuda_model_greedy (the token and position
+ * live in device slots); off, each step enqueues its ~24 kernels a layer
+ * one by one (the reference path). Both give the same ids, bit for bit. */
+void cuda_model_set_graph(cuda_model *m, int on);
+
 /* The residual stream after each layer for the last row of the latest
  * cuda_model_eval: out[l * n_embd + i], n_layer rows (for per-layer NMSE
  * against the CPU). ERR_USAGE when there is none (no eval yet, or a

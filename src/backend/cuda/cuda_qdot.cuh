@@ -7,8 +7,9 @@
  * (k_matvec_direct, short rows), and the quantized activation row from
  * shared memory, UNPACKED from its ggml blocks into three aligned arrays:
  *   xq[k]     int8 quants (16-byte aligned)
- *   xd[nb]    float block scales (Q8_K: d; Q8_0: the f16 d widened)
- *   xbs[k/16] int16 sums of 16 quants (Q8_K bsums; unused for Q8_0)
+ *   xd[nb]    float block scales (Q8_K: d; Q8_0 / Q8_1: the f16 d widened)
+ *   xbs[k/16] int16 sums of 16 quants (Q8_K bsums; unused for Q8_0; Q8_1:
+ *             the same bytes hold float s[nb], the f16 s widened)
  * A row of nb weight blocks is cut into ITEMS; the lanes of a row take
  * items it = lane, lane + 32, ... (k_matvec_direct: groups of S lanes, step
  * S) and each item returns one float partial:
@@ -25,6 +26,11 @@
  *   Q4_0: 2 items a block: (h = 8-byte half of qs): low nibbles of qs[8h..]
  *         are quants 8h.., high nibbles 16 + 8h..; returns d*dx * dot16 of
  *         (q - 8) with the Q8_0 activation
+ *   Q5_0: 2 items a block, as Q4_0, the 5th bits from the u32 qh (bit j:
+ *         quant j), q - 16; Q8_0 activation
+ *   Q4_1 / Q5_1: 2 items a block, as Q4_0 / Q5_0 with unsigned q, Q8_1
+ *         activation; item 0 adds the block's m * s (Q8_1's f16 s, kept
+ *         as a float in the xbs slot)
  * Every integer partial is exact (as the CPU's int32 sums are); only the
  * float products and the order of the float sum differ from quant_ref_dot_*
  * (which sums per block into 8 float lanes): the results agree to float
@@ -175,6 +181,13 @@ QD_HD void qd_scale_min_k4(int j, const uint8_t *s, int *sc, int *m)
 #define QD_Q40_ITEMS 2
 #define QD_Q5K_BYTES 176   /* f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128] */
 #define QD_Q40_BYTES 18    /* f16 d, u8 qs[16] */
+#define QD_Q50_ITEMS 2
+#define QD_Q41_ITEMS 2
+#define QD_Q51_ITEMS 2
+#define QD_Q50_BYTES 22    /* f16 d, u8 qh[4], u8 qs[16] */
+#define QD_Q41_BYTES 20    /* f16 d, f16 m, u8 qs[16] */
+#define QD_Q51_BYTES 24    /* f16 d, f16 m, u8 qh[4], u8 qs[16] */
+#define QD_Q81_BYTES 36    /* f16 d, f16 s, i8 qs[32] */
 
 /* 16 bytes at a 16-aligned address, as four little-endian words */
 struct qd_u4 { uint32_t x, y, z, w; };
@@ -320,6 +333,77 @@ QD_HD float qd_item_q4_0(const uint8_t *wrow, const int8_t *xq, const float *xd,
     return d * (float)s;
 }
 
+/* The 5th bits of 4 consecutive quants: bits 0..3 of b (b < 16) to bit 4
+ * of bytes 0..3 (the four shifted copies of b do not overlap, so the
+ * product is their OR). */
+QD_HD uint32_t qd_hbits4(uint32_t b) { return ((b * 0x00204081u) & 0x01010101u) << 4; }
+
+/* Q5_0 / Q5_1 / Q4_1 item h of a block (the 8-byte half h of qs, as
+ * Q4_0): integer dot of quants 8h..8h+7 (low nibbles, 5th bits from qh bits
+ * 8h..) and 16+8h.. (high nibbles, qh bits 16+8h..) with the activation
+ * quants; the weight quants are 0..15 / 0..31 (unsigned bytes, valid
+ * signed dp4a operands), less 16 (Q5_0: signed -16..15) when sub16. qs
+ * and qh are 2-byte aligned; halfword loads read only the block's bytes. */
+QD_HD int qd_dot_q5_half(const uint8_t *qs, uint32_t qh, const uint8_t *xs, int h, int has_qh, int sub16)
+{
+    const uint32_t k16 = 0x10101010u;
+    int s = 0;
+    for (int t = 0; t < 2; t++) {
+        const uint32_t qw = qd_ld32_h2(qs + 8 * h + 4 * t);
+        uint32_t lo = qw & 0x0f0f0f0fu, hi = (qw >> 4) & 0x0f0f0f0fu;
+        if (has_qh) {
+            lo |= qd_hbits4((qh >> (8 * h + 4 * t)) & 0xf);
+            hi |= qd_hbits4((qh >> (16 + 8 * h + 4 * t)) & 0xf);
+        }
+        if (sub16) {
+            lo = qd_vsub4(lo, k16);
+            hi = qd_vsub4(hi, k16);
+        }
+        s = qd_dp4a(lo, qd_ld32(xs + 8 * h + 4 * t), s);
+        s = qd_dp4a(hi, qd_ld32(xs + 16 + 8 * h + 4 * t), s);
+    }
+    return s;
+}
+
+/* Q5_0 (Q8_0 activation): wrow 2-byte aligned (22-byte blocks). Returns
+ * d*dx * dot16 of (q - 16), as Q4_0. */
+QD_HD float qd_item_q5_0(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+{
+    (void)xbs;
+    const int blk = it >> 1, h = it & 1;
+    const uint8_t *bp = wrow + blk * QD_Q50_BYTES;
+    const uint32_t qh = qd_ld32_h2(bp + 2);
+    const int s = qd_dot_q5_half(bp + 6, qh, (const uint8_t *)xq + blk * 32, h, 1, 1);
+    const float d = qd_h2f(qd_ld16(bp)) * xd[blk];
+    return d * (float)s;
+}
+
+/* Q4_1 / Q5_1 (Q8_1 activation): the unpacked Q8_1 row keeps d in xd[blk]
+ * and the f16 s (= d * sum of the block's quants) widened to float in the
+ * xbs slot read as floats, xs[blk] (qd_unpack_q8_1). Item h returns
+ * d*dx * dot16, and item 0 of a block adds the block's m * s (the CPU:
+ * (d*dx) * (s0 + s1) + m * s a block). wrow 2-byte aligned. */
+QD_HD float qd_item_q4_1(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+{
+    const int blk = it >> 1, h = it & 1;
+    const uint8_t *bp = wrow + blk * QD_Q41_BYTES;
+    const int s = qd_dot_q5_half(bp + 4, 0, (const uint8_t *)xq + blk * 32, h, 0, 0);
+    const float d = qd_h2f(qd_ld16(bp)) * xd[blk];
+    const float ms = h ? 0.f : qd_h2f(qd_ld16(bp + 2)) * ((const float *)xbs)[blk];
+    return d * (float)s + ms;
+}
+
+QD_HD float qd_item_q5_1(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+{
+    const int blk = it >> 1, h = it & 1;
+    const uint8_t *bp = wrow + blk * QD_Q51_BYTES;
+    const uint32_t qh = qd_ld32_h2(bp + 4);
+    const int s = qd_dot_q5_half(bp + 8, qh, (const uint8_t *)xq + blk * 32, h, 1, 0);
+    const float d = qd_h2f(qd_ld16(bp)) * xd[blk];
+    const float ms = h ? 0.f : qd_h2f(qd_ld16(bp + 2)) * ((const float *)xbs)[blk];
+    return d * (float)s + ms;
+}
+
 /* ---- float weights: items of 16 bytes, wrow and xr 16-byte aligned ---- */
 #define QD_F32_PER_ITEM 4
 #define QD_F16_PER_ITEM 8
@@ -432,6 +516,17 @@ QD_HD void qd_unpack_q8_0(const uint8_t *gx, int w, int8_t *xq, float *xd)
     const uint16_t v = qd_ld16(gx + 2 * (size_t)w);
     if (o == 0) xd[blk] = qd_h2f(v);
     else qd_st16((uint8_t *)xq + (size_t)blk * 32 + 2 * (o - 1), v);
+}
+
+/* Q8_1: 18 halfwords a block (d, s, 16 of qs); s widened to float into the
+ * xbs slot (k / 16 int16 = one float a 32-quant block), read as floats. */
+QD_HD void qd_unpack_q8_1(const uint8_t *gx, int w, int8_t *xq, float *xd, int16_t *xbs)
+{
+    const int blk = w / 18, o = w - blk * 18;
+    const uint16_t v = qd_ld16(gx + 2 * (size_t)w);
+    if (o == 0) xd[blk] = qd_h2f(v);
+    else if (o == 1) ((float *)xbs)[blk] = qd_h2f(v);
+    else qd_st16((uint8_t *)xq + (size_t)blk * 32 + 2 * (o - 2), v);
 }
 
 #endif

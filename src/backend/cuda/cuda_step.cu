@@ -1,0 +1,16 @@
+/* cuda_step.cu: the per-step bookkeeping of a graph-replayed decode step
+ * (cuda_backend.h, cuda_step_advance). */
+#include "backend/cuda/cuda_internal.h"
+
+__global__ void k_step_advance(int32_t *tok_slot, int32_t *pos_slot, int32_t *tok_hist)
+{
+    const int32_t p = *pos_slot;
+    tok_hist[p + 1] = *tok_slot;
+    *pos_slot = p + 1;
+}
+
+extern "C" int cuda_step_advance(cuda_ctx *c, int32_t *tok_slot, int32_t *pos_slot, int32_t *tok_hist, err *e)
+{
+    k_step_advance<<<1, 1, 0, c->stream>>>(tok_slot, pos_slot, tok_hist);
+    return cuda_launch_check(e, "step advance");
+}
