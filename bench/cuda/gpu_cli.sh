@@ -15,8 +15,8 @@ $S mkmodel --preset small --type-experts q4_K --type-attn q8_0 -t "$T" -q -o /tm
 P="The operations team restarted the backup service because"
 for m in /tmp/small.gguf; do
     $S run -m $m -p "$P" -n 64 --temp 0 --ignore-eos -t "$T" >"$OUT/cpu.txt" 2>"$OUT/cpu.err"
-    $S run -m $m -p "$P" -n 64 --temp 0 --ignore-eos --gpu -v >"$OUT/gpu.txt" 2>"$OUT/gpu.err"
-    grep -E "backend" "$OUT/gpu.err"
+    $S run -m $m -p "$P" -n 64 --temp 0 --ignore-eos --gpu >"$OUT/gpu.txt" 2>"$OUT/gpu.err"
+    grep -E "backend|CUDA|GPU" "$OUT/gpu.err"
     if cmp -s "$OUT/cpu.txt" "$OUT/gpu.txt"; then echo "greedy text: identical ($(wc -c <"$OUT/cpu.txt") bytes)"
     else echo "greedy text: DIFFERS"; diff <(tr ' ' '\n' <"$OUT/cpu.txt") <(tr ' ' '\n' <"$OUT/gpu.txt") | head; fi
     $S run -m $m -p "$P" -n 8 --gpu --arena 1G 2>&1 | tail -1

@@ -216,30 +216,37 @@ static double check_matvec(int wtype, int64_t rows, int64_t k, int real_quant)
     return nm;
 }
 
+/* Every shape on both kernels: the direct one (the default) and the tile
+ * one (cuda_matvec_force 1, the benchmark's comparison). */
 TEST(test_matvec)
 {
     static const int types[] = {QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_Q5_0,
                                 QTYPE_Q4_1, QTYPE_Q5_1, QTYPE_F32, QTYPE_F16, QTYPE_BF16};
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        check_matvec(types[t], 768, 2048, 1);    /* expert gate/up */
-        check_matvec(types[t], 2048, 768, 1);    /* expert down */
-        check_matvec(types[t], 4096, 2048, 1);   /* attention q */
-        check_matvec(types[t], 37, 2048, 1);     /* partial tile; 1-row tiles (short grid) */
-        check_matvec(types[t], 5, 768, 1);       /* fewer rows than warps */
+    for (int mode = 0; mode <= 1; mode++) {
+        cuda_matvec_force(g_cu, mode);
+        printf("  (%s kernel)\n", mode ? "tile" : "direct");
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            check_matvec(types[t], 768, 2048, 1);    /* expert gate/up */
+            check_matvec(types[t], 2048, 768, 1);    /* expert down */
+            check_matvec(types[t], 4096, 2048, 1);   /* attention q */
+            check_matvec(types[t], 37, 2048, 1);     /* partial tile; 1-row tiles (short grid) */
+            check_matvec(types[t], 5, 768, 1);       /* fewer rows than warps */
+        }
+        check_matvec(QTYPE_F32, 128, 2048, 1);       /* the MoE router */
+        check_matvec(QTYPE_F32, 300, 64, 1);         /* 16 items a row: the direct kernel */
+        check_matvec(QTYPE_F16, 300, 136, 1);        /* 17 items a row */
+        check_matvec(QTYPE_F16, 301, 2048, 1);       /* 2-row tiles, the last one partial */
+        check_matvec(QTYPE_Q4_0, 300, 256, 1);       /* 16 items a row: the direct kernel */
+        check_matvec(QTYPE_Q8_0, 300, 256, 1);
+        check_matvec(QTYPE_Q5_0, 300, 256, 1);       /* 16 items a row: the direct kernel */
+        check_matvec(QTYPE_Q4_1, 300, 256, 1);
+        check_matvec(QTYPE_Q5_1, 300, 256, 1);
+        check_matvec(QTYPE_Q5_0, 301, 96, 1);        /* 6 items a row (direct kernel), odd rows */
+        check_matvec(QTYPE_Q5_1, 2048, 2048, 0);     /* random blocks (random qh bits) */
+        check_matvec(QTYPE_BF16, 2048, 2048, 0);
+        check_matvec(QTYPE_Q6_K, 151936, 2048, 0);   /* the output head */
     }
-    check_matvec(QTYPE_F32, 128, 2048, 1);       /* the MoE router */
-    check_matvec(QTYPE_F32, 300, 64, 1);         /* 16 items a row: the direct kernel */
-    check_matvec(QTYPE_F16, 300, 136, 1);        /* 17 items a row */
-    check_matvec(QTYPE_F16, 301, 2048, 1);       /* 2-row tiles, the last one partial */
-    check_matvec(QTYPE_Q4_0, 300, 256, 1);       /* 16 items a row: the direct kernel */
-    check_matvec(QTYPE_Q8_0, 300, 256, 1);
-    check_matvec(QTYPE_Q5_0, 300, 256, 1);       /* 16 items a row: the direct kernel */
-    check_matvec(QTYPE_Q4_1, 300, 256, 1);
-    check_matvec(QTYPE_Q5_1, 300, 256, 1);
-    check_matvec(QTYPE_Q5_0, 301, 96, 1);        /* 6 items a row (direct kernel), odd rows */
-    check_matvec(QTYPE_Q5_1, 2048, 2048, 0);     /* random blocks (random qh bits) */
-    check_matvec(QTYPE_BF16, 2048, 2048, 0);
-    check_matvec(QTYPE_Q6_K, 151936, 2048, 0);   /* the output head */
+    cuda_matvec_force(g_cu, 0);
 }
 
 /* Batch with ids, per-item inputs, padded output rows. */
@@ -281,7 +288,10 @@ TEST(test_matvec_batch)
         int32_t *dids = dev_from(ids, sizeof ids);
         float *dy = dev_alloc(sizeof(float) * ys * nb);
         CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * ys * nb, &e) == 0);
-        cuda_matvec_args a = {wtype, dw, ms, dids, rows, k, nb, dxq, xs, dy, ys};
+        cuda_matvec_args a = {
+            .wtype = wtype, .w = dw, .w_stride = ms, .ids = dids, .rows = rows, .k = k, .n_batch = nb,
+            .xq = dxq, .x_stride = xs, .y = dy, .y_stride = ys,
+        };
         CHECK_MSG(cuda_matvec_batch(g_cu, &a, &e) == 0, "%s", e.msg);
         CHECK_MSG(cuda_download(g_cu, y, dy, sizeof(float) * ys * nb, &e) == 0, "%s", e.msg);
         double worst = 0;
@@ -297,6 +307,51 @@ TEST(test_matvec_batch)
         printf("  batch  %-4s %d items (ids) of %lld x %lld: worst NMSE %.3g\n", qtype_name(wtype), nb,
                (long long)rows, (long long)k, worst);
         CHECK_MSG(worst < 1e-10, "%s batch NMSE %.3g", qtype_name(wtype), worst);
+
+        /* add: the same launch with a residual is the plain result plus
+         * it, bit for bit (also in place: add == y) */
+        float *res = xmalloc(sizeof(float) * ys * nb), *y3 = xmalloc(sizeof(float) * ys * nb);
+        for (size_t i = 0; i < ys * nb; i++) res[i] = frand();
+        float *dres = dev_from(res, sizeof(float) * ys * nb);
+        cuda_matvec_args aa = a;
+        aa.y = dres;
+        aa.add = dres;
+        CHECK_MSG(cuda_matvec_batch(g_cu, &aa, &e) == 0, "%s", e.msg);
+        CHECK(cuda_download(g_cu, y3, dres, sizeof(float) * ys * nb, &e) == 0);
+        int bad = 0;
+        for (int b = 0; b < nb; b++)
+            for (int64_t r = 0; r < rows; r++) {
+                const float want = y[b * ys + r] + res[b * ys + r];
+                bad += memcmp(&want, &y3[b * ys + r], 4) != 0;
+            }
+        CHECK_MSG(bad == 0, "%s matvec + add: %d outputs differ from dot + add", qtype_name(wtype), bad);
+
+        /* w2: a second stack (w2 = the same bytes shifted by one matrix,
+         * so its matrix m is w's m + 1) in the same launch */
+        float *dy2 = dev_alloc(sizeof(float) * ys * nb);
+        cuda_matvec_args ap = a;
+        int32_t ids2[6];
+        for (int b = 0; b < nb; b++) ids2[b] = ids[b] < nmat - 1 ? ids[b] : 0;
+        int32_t *dids2 = dev_from(ids2, sizeof ids2);
+        ap.ids = dids2;
+        ap.w2 = dw + ms;
+        ap.y2 = dy2;
+        CHECK_MSG(cuda_matvec_batch(g_cu, &ap, &e) == 0, "%s", e.msg);
+        CHECK(cuda_download(g_cu, y, dy, sizeof(float) * ys * nb, &e) == 0);
+        CHECK(cuda_download(g_cu, y3, dy2, sizeof(float) * ys * nb, &e) == 0);
+        double worst2 = 0;
+        for (int b = 0; b < nb; b++) {
+            for (int64_t r = 0; r < rows; r++) {
+                ref[b * ys + r] = ops.dot(k, w + ids2[b] * ms + r * rb, xq + b * xs);
+                res[b * ys + r] = ops.dot(k, w + (ids2[b] + 1) * ms + r * rb, xq + b * xs);
+            }
+            const double n1 = nmse(y + b * ys, ref + b * ys, rows), n2 = nmse(y3 + b * ys, res + b * ys, rows);
+            worst2 = n1 > worst2 ? n1 : worst2;
+            worst2 = n2 > worst2 ? n2 : worst2;
+        }
+        CHECK_MSG(worst2 < 1e-10, "%s paired (w2) batch NMSE %.3g", qtype_name(wtype), worst2);
+        cuda_free(g_cu, dres); cuda_free(g_cu, dy2); cuda_free(g_cu, dids2);
+        free(res); free(y3);
         cuda_free(g_cu, dw); cuda_free(g_cu, dxq); cuda_free(g_cu, dids); cuda_free(g_cu, dy);
         free(w); free(wf); free(x); free(xq); free(ref); free(y);
     }
@@ -326,6 +381,30 @@ TEST(test_rmsnorm)
         CHECK(cuda_download(g_cu, y, dx, sizeof(float) * nn, &e) == 0);
         const double m2 = max_rel(y, ref, nn);
         CHECK_MSG(m2 <= 1e-6, "rmsnorm in place n=%d max rel %.3g", n, m2);
+        /* the fused norm + quantization == cuda_rmsnorm then cuda_act_quant,
+         * byte for byte (y and xq), per Q8 activation format */
+        static const int qt[] = {QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_Q4_1};
+        for (size_t t = 0; s == 0 && t < sizeof qt / sizeof qt[0]; t++) {
+            const size_t ab = cuda_act_bytes(qt[t], n);
+            uint8_t *q1 = xmalloc(ab), *q2 = xmalloc(ab);
+            float *y2 = xmalloc(sizeof(float) * n);
+            void *dq = dev_alloc(ab);
+            float *dx0 = dev_from(x, sizeof(float) * n);
+            CHECK(cuda_rmsnorm(g_cu, dy, dx0, dw, n, 1, 1e-6f, &e) == 0);
+            CHECK(cuda_act_quant(g_cu, qt[t], dy, dq, n, 1, &e) == 0);
+            CHECK(cuda_download(g_cu, y, dy, sizeof(float) * n, &e) == 0);
+            CHECK(cuda_download(g_cu, q1, dq, ab, &e) == 0);
+            CHECK(cuda_memset(g_cu, dq, 0, ab, &e) == 0);
+            CHECK_MSG(cuda_rmsnorm_quant(g_cu, qt[t], dx0, dq, dx0, dw, n, 1e-6f, &e) == 0, "%s", e.msg);   /* in place */
+            CHECK(cuda_download(g_cu, y2, dx0, sizeof(float) * n, &e) == 0);
+            CHECK(cuda_download(g_cu, q2, dq, ab, &e) == 0);
+            const int same = memcmp(y, y2, sizeof(float) * n) == 0 && memcmp(q1, q2, ab) == 0;
+            CHECK_MSG(same, "rmsnorm_quant %s differs from rmsnorm then act_quant", qtype_name(qt[t]));
+            printf("  rmsnorm_quant %s n=%d: %s\n", qtype_name(qt[t]), n, same ? "bit-identical" : "DIFFERS");
+            cuda_free(g_cu, dq); cuda_free(g_cu, dx0);
+            free(q1); free(q2); free(y2);
+        }
+        CHECK(cuda_rmsnorm_quant(g_cu, QTYPE_F32, dy, dy, dx, dw, n, 1e-6f, &e) == ERR_UNSUPPORTED);
         printf("  rmsnorm n=%d rows=%d: max rel %.3g (in place %.3g)\n", n, rows, m1, m2);
         cuda_free(g_cu, dx); cuda_free(g_cu, dw); cuda_free(g_cu, dy);
         free(x); free(w); free(ref); free(y);
@@ -347,6 +426,26 @@ TEST(test_swiglu)
     const double m = max_rel(h, ref, n);
     printf("  swiglu n=%d: max rel %.3g\n", n, m);
     CHECK_MSG(m <= 2e-6, "swiglu max rel %.3g", m);
+    /* the fused down-projection input: act_quant(swiglu(g, u)) in one
+     * launch is act_quant of cuda_swiglu's h, byte for byte (3 rows) */
+    static const int qt[] = {QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_Q4_1};
+    const int64_t kk = 2048;
+    for (size_t t = 0; t < sizeof qt / sizeof qt[0]; t++) {
+        const size_t ab = cuda_act_bytes(qt[t], kk) * 3;
+        uint8_t *q1 = xmalloc(ab), *q2 = xmalloc(ab);
+        void *dq = dev_alloc(ab);
+        CHECK_MSG(cuda_act_quant(g_cu, qt[t], dh, dq, kk, 3, &e) == 0, "%s", e.msg);
+        CHECK(cuda_download(g_cu, q1, dq, ab, &e) == 0);
+        CHECK_MSG(cuda_act_quant_swiglu(g_cu, qt[t], dg, du, dq, kk, 3, &e) == 0, "%s", e.msg);
+        CHECK(cuda_download(g_cu, q2, dq, ab, &e) == 0);
+        CHECK_MSG(memcmp(q1, q2, ab) == 0, "act_quant_swiglu %s differs from swiglu then act_quant",
+                  qtype_name(qt[t]));
+        printf("  act_quant_swiglu %s n=%lld rows=3: %s\n", qtype_name(qt[t]), (long long)kk,
+               memcmp(q1, q2, ab) ? "DIFFERS" : "bit-identical");
+        cuda_free(g_cu, dq);
+        free(q1); free(q2);
+    }
+    CHECK(cuda_act_quant_swiglu(g_cu, QTYPE_F16, dg, du, dh, kk, 1, &e) == ERR_UNSUPPORTED);
     cuda_free(g_cu, dg); cuda_free(g_cu, du); cuda_free(g_cu, dh);
     free(g); free(u); free(ref); free(h);
 }
@@ -520,7 +619,10 @@ static void bench(void)
         int32_t ids[128];
         for (int i = 0; i < m->n_batch; i++) ids[i] = (int32_t)((i * 37 + 11) % m->n_mat);   /* distinct */
         int32_t *dids = m->n_batch < m->n_mat ? dev_from(ids, sizeof(int32_t) * m->n_batch) : NULL;
-        cuda_matvec_args a = {m->wtype, dw, ms, dids, m->rows, m->k, m->n_batch, dxq, 0, dy, (size_t)m->rows};
+        cuda_matvec_args a = {
+            .wtype = m->wtype, .w = dw, .w_stride = ms, .ids = dids, .rows = m->rows, .k = m->k,
+            .n_batch = m->n_batch, .xq = dxq, .y = dy, .y_stride = (size_t)m->rows,
+        };
         const float t = bench_median(run_mv, &a);
         const double bytes = (double)ms * m->n_batch;
         const double gbs = bytes / (t * 1e-3) / 1e9;

@@ -270,6 +270,56 @@ TEST(test_kv_store)
     check_kv_store(0);
 }
 
+/* ==== fused attention prologue ====
+ * cuda_qk_norm_rope_store == cuda_rmsnorm (q, k per head) + cuda_rope_neox
+ * (q and k) + cuda_kv_store (k, v), bit for bit: q, k and both caches. */
+static void check_qk_fused(int n_head, int n_head_kv, int head_dim, int n_rot, int f16)
+{
+    const int n_ctx = 8, p = 6;
+    const size_t qn = (size_t)n_head * head_dim, kvd = (size_t)n_head_kv * head_dim;
+    const size_t es = f16 ? 2 : 4, cb = (size_t)n_ctx * kvd * es;
+    float *h = xmalloc(sizeof(float) * (qn + 2 * kvd)), *w = xmalloc(sizeof(float) * 2 * head_dim);
+    for (size_t i = 0; i < qn + 2 * kvd; i++) h[i] = frand() * 3.0f;
+    for (int i = 0; i < 2 * head_dim; i++) w[i] = 0.5f + frand();
+    err e = {0};
+    /* reference: the separate kernels on buffers A; the fused one on B */
+    float *qa = dev_from(h, sizeof(float) * (qn + 2 * kvd)), *qb = dev_from(h, sizeof(float) * (qn + 2 * kvd));
+    float *dw = dev_from(w, sizeof(float) * 2 * head_dim);
+    void *kca = dev_alloc(cb), *vca = dev_alloc(cb), *kcb = dev_alloc(cb), *vcb = dev_alloc(cb);
+    CHECK(cuda_memset(g_cu, kca, 0x5A, cb, &e) == 0 && cuda_memset(g_cu, vca, 0x5A, cb, &e) == 0);
+    CHECK(cuda_memset(g_cu, kcb, 0x5A, cb, &e) == 0 && cuda_memset(g_cu, vcb, 0x5A, cb, &e) == 0);
+    int32_t *dp = dev_from(&p, sizeof p);
+    CHECK(cuda_rmsnorm(g_cu, qa, qa, dw, head_dim, n_head, 1e-6f, &e) == 0);
+    CHECK(cuda_rmsnorm(g_cu, qa + qn, qa + qn, dw + head_dim, head_dim, n_head_kv, 1e-6f, &e) == 0);
+    CHECK(cuda_rope_neox(g_cu, qa, 1, n_head + n_head_kv, head_dim, n_rot, dp, 1e6f, 1.0f, &e) == 0);
+    CHECK(cuda_kv_store(g_cu, kca, f16, qa + qn, 1, (int64_t)kvd, dp, &e) == 0);
+    CHECK(cuda_kv_store(g_cu, vca, f16, qa + qn + kvd, 1, (int64_t)kvd, dp, &e) == 0);
+    CHECK_MSG(cuda_qk_norm_rope_store(g_cu, qb, qb + qn, qb + qn + kvd, dw, dw + head_dim, n_head, n_head_kv, head_dim,
+                                      n_rot, dp, 1e6f, 1.0f, 1e-6f, kcb, vcb, f16, &e) == 0,
+              "%s", e.msg);
+    const size_t hb = sizeof(float) * (qn + kvd);
+    uint8_t *a = xmalloc(hb + 2 * cb), *b = xmalloc(hb + 2 * cb);
+    download(a, qa, hb); download(a + hb, kca, cb); download(a + hb + cb, vca, cb);
+    download(b, qb, hb); download(b + hb, kcb, cb); download(b + hb + cb, vcb, cb);
+    const long long d = first_diff(a, b, hb + 2 * cb);
+    CHECK_MSG(d < 0, "qk_norm_rope_store heads %d/%d d=%d n_rot=%d %s: first difference at byte %lld", n_head,
+              n_head_kv, head_dim, n_rot, f16 ? "f16" : "f32", d);
+    printf("  qk_norm_rope_store heads %d/%d d=%d n_rot=%d %s: %s\n", n_head, n_head_kv, head_dim, n_rot,
+           f16 ? "f16" : "f32", d < 0 ? "bit-identical to the separate kernels" : "DIFFERS");
+    cuda_free(g_cu, qa); cuda_free(g_cu, qb); cuda_free(g_cu, dw); cuda_free(g_cu, dp);
+    cuda_free(g_cu, kca); cuda_free(g_cu, vca); cuda_free(g_cu, kcb); cuda_free(g_cu, vcb);
+    free(h); free(w); free(a); free(b);
+}
+
+TEST(test_qk_fused)
+{
+    check_qk_fused(32, 4, 128, 128, 1);   /* Qwen3-30B-A3B */
+    check_qk_fused(16, 16, 64, 32, 0);    /* MHA, partial rotation, f32 cache */
+    err e = {0};
+    CHECK(cuda_qk_norm_rope_store(g_cu, NULL, NULL, NULL, NULL, NULL, 4, 4, 64, 65, NULL, 1e6f, 1.0f, 1e-6f, NULL,
+                                  NULL, 1, &e) == ERR_USAGE);
+}
+
 /* ==== attention ==== */
 
 typedef struct attn_case {
@@ -573,6 +623,7 @@ int main(int argc, char **argv)
     RUN(test_get_rows);
     RUN(test_rope);
     RUN(test_kv_store);
+    RUN(test_qk_fused);
     RUN(test_attention);
     RUN(test_combine);
     RUN(test_add);

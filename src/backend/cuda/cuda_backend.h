@@ -122,6 +122,17 @@ void cuda_graph_free(cuda_graph *g);
  * Enqueued. */
 size_t cuda_act_bytes(int wtype, int64_t n);
 int  cuda_act_quant(cuda_ctx *c, int wtype, const float *x_dev, void *xq_dev, int64_t n, int rows, err *e);
+/* cuda_act_quant of h = swiglu(g, u) (cuda_swiglu's h, bit for bit)
+ * without writing h: the down projection's input in one launch. Only the
+ * quantized dot types (Q8_K, Q8_0, Q8_1); float dot types answer
+ * ERR_UNSUPPORTED (the caller runs cuda_swiglu, then cuda_act_quant). */
+/* cuda_rmsnorm_quant: cuda_rmsnorm of one row of n floats into y (y may
+ * alias x), then cuda_act_quant of y, in one launch, bit for bit the two
+ * calls. Quantized dot types only (else ERR_UNSUPPORTED). */
+int  cuda_rmsnorm_quant(cuda_ctx *c, int wtype, float *y_dev, void *xq_dev, const float *x_dev, const float *w_dev,
+                        int n, float eps, err *e);
+int  cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g_dev, const float *u_dev, void *xq_dev, int64_t n,
+                           int rows, err *e);
 
 /* ==== Quantized matvec (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1,
  *      F32, F16, BF16) ====
@@ -130,6 +141,11 @@ int  cuda_act_quant(cuda_ctx *c, int wtype, const float *x_dev, void *xq_dev, in
  * k/blck blocks); input row xb at xq + b * x_stride (already quantized by
  * cuda_act_quant for this wtype; x_stride 0 = every b shares one row);
  * output y[b * y_stride + r] = dot(row r of matrix m, xb) for r < rows.
+ * Optional: w2 (with y2): a second matrix set of the same type, shape,
+ * stride and ids computed in the same launch from the same inputs (gate
+ * and up), outputs to y2 as y; add: y[o] = dot + add[o] (the residual;
+ * add may be y itself; not with w2). NULL when unused. n_batch <= 32767
+ * with w2.
  *
  * Per block the arithmetic is the CPU dot's (quant_ref_dot_*): integer
  * products and sums per (sub-)block, then float scaling with the same
@@ -161,9 +177,17 @@ typedef struct cuda_matvec_args {
     size_t         x_stride;  /* bytes; 0 = shared input */
     float         *y;         /* device */
     size_t         y_stride;  /* floats */
+    const void    *w2;        /* device, or NULL: a second matrix set (see above) */
+    float         *y2;        /* device: w2's outputs, laid out as y */
+    const float   *add;       /* device, or NULL: y = dot + add (same indexing as y) */
 } cuda_matvec_args;
 
 int  cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e);
+/* Which matvec kernel cuda_matvec_batch launches: 0 (the default) and 2
+ * the direct kernel, 1 the tile kernel (cuda_matvec.cu says why). For
+ * benchmarks that compare the two on a whole model (test_cuda_model
+ * --bench); results differ only in float summation order. */
+void cuda_matvec_force(cuda_ctx *c, int mode);
 /* One matrix: y[r] = dot(row r of w, xq) for r < rows. */
 int  cuda_matvec(cuda_ctx *c, int wtype, const void *w_dev, int64_t rows, int64_t k, const void *xq_dev,
                  float *y_dev, err *e);
@@ -246,6 +270,16 @@ int  cuda_rope_neox(cuda_ctx *c, float *x_dev, int rows, int n_head, int head_di
                     const int32_t *pos_dev, float freq_base, float freq_scale, err *e);
 int  cuda_kv_store(cuda_ctx *c, void *cache_dev, int f16, const float *src_dev, int rows, int64_t kvd,
                    const int32_t *pos_dev, err *e);
+/* cuda_qk_norm_rope_store: one decode row's attention prologue in one
+ *   launch, bit for bit the sequence cuda_rmsnorm(q, per head, q_norm),
+ *   cuda_rmsnorm(k, per head, k_norm), cuda_rope_neox(q and k at
+ *   pos_dev[0]), cuda_kv_store(k), cuda_kv_store(v): q (n_head heads) and
+ *   k (n_head_kv heads) are normed and rotated in place, k and v written
+ *   to the caches (row stride n_head_kv*head_dim, f16 when f16). */
+int  cuda_qk_norm_rope_store(cuda_ctx *c, float *q_dev, float *k_dev, const float *v_dev, const float *q_norm_dev,
+                             const float *k_norm_dev, int n_head, int n_head_kv, int head_dim, int n_rot,
+                             const int32_t *pos_dev, float freq_base, float freq_scale, float eps, void *k_cache_dev,
+                             void *v_cache_dev, int f16, err *e);
 int  cuda_attention_decode(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
                            int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,
                            const int32_t *pos_dev, float scale, err *e);
@@ -262,6 +296,11 @@ int  cuda_argmax(cuda_ctx *c, int32_t *out_dev, const float *x_dev, int rows, in
  *   captured graph replays it). tok_hist needs p + 2 entries; the caller
  *   keeps p within it. Enqueued. */
 int  cuda_step_advance(cuda_ctx *c, int32_t *tok_slot_dev, int32_t *pos_slot_dev, int32_t *tok_hist_dev, err *e);
+/* cuda_step_next: one thread: p = *pos_slot + 1; *pos_slot = p; *tok_slot
+ *   = tok_hist[p]: the next prompt row's token and position, for a graph
+ *   replayed once per prompt row (the prompt's ids uploaded to tok_hist
+ *   first). tok_hist needs p + 1 entries. Enqueued. */
+int  cuda_step_next(cuda_ctx *c, int32_t *tok_slot_dev, int32_t *pos_slot_dev, const int32_t *tok_hist_dev, err *e);
 
 #ifdef __cplusplus
 }

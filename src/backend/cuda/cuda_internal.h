@@ -26,6 +26,7 @@ struct cuda_ctx {
     cuda_info    info;
     cudaStream_t stream;
     cudaEvent_t  ev0, ev1;
+    int          mv_force;   /* cuda_matvec_force: 0 by shape, 1 tile, 2 direct */
 };
 
 /* Record a failed CUDA call as ERR_INTERNAL ("what: cudaErrorX: text").

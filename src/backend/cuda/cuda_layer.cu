@@ -22,6 +22,7 @@
 #include <cuda_fp16.h>
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_qdot.cuh"   /* qd_f2h: fp32_to_fp16 on the device */
+#include "backend/cuda/cuda_rows.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -266,23 +267,69 @@ k_rope(float *x, int n_head, int head_dim, int n_rot, const int32_t *__restrict_
     __shared__ float cs[RP_MAXHALF], sn[RP_MAXHALF];
     const int half = n_rot / 2;
     float *xr = x + (size_t)blockIdx.x * n_head * head_dim;
-    for (int i = threadIdx.x; i < half; i += RP_THREADS) {
-        float theta = (float)pos[blockIdx.x];
-        for (int t = 0; t < i; t++) theta = __fmul_rn(theta, theta_scale);
-        const double a = (double)__fmul_rn(freq_scale, theta);
-        double s, co;
-        sincos(a, &s, &co);
-        cs[i] = (float)co;
-        sn[i] = (float)s;
-    }
+    rope_table(cs, sn, half, pos[blockIdx.x], theta_scale, freq_scale, RP_THREADS);
     __syncthreads();
     for (int it = threadIdx.x; it < n_head * half; it += RP_THREADS) {
         const int h = it / half, i = it - h * half;
-        float *p = xr + (size_t)h * head_dim;
-        const float c = cs[i], s = sn[i], x0 = p[i], x1 = p[i + half];
-        p[i]        = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        p[i + half] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        rope_pair(xr + (size_t)h * head_dim, i, half, cs[i], sn[i]);
     }
+}
+
+/* ==== Fused: per-head Q/K RMSNorm, NeoX RoPE of q and k, K/V store ====
+ * One CTA per head: blocks [0, n_head) the query heads, [n_head, n_head +
+ * n_head_kv) the key heads (normed, rotated, stored), then n_head_kv value
+ * heads (stored). Each CTA builds the RoPE table of its position itself
+ * (recomputed per head: cheaper than a second launch). The same device
+ * functions as k_rmsnorm, k_rope and k_kv_store, in the same order. */
+__global__ void __launch_bounds__(RMS_THREADS)
+k_qk_norm_rope_store(float *q, float *k, const float *__restrict__ v, const float *__restrict__ qw,
+                     const float *__restrict__ kw, int n_head, int n_head_kv, int head_dim, int n_rot,
+                     const int32_t *__restrict__ pos, float theta_scale, float freq_scale, float eps, void *kc,
+                     void *vc, int f16)
+{
+    __shared__ double part[RMS_THREADS / 32];
+    __shared__ float cs[RP_MAXHALF], sn[RP_MAXHALF];
+    const int hb = blockIdx.x, half = n_rot / 2, p = pos[0];
+    const size_t kvd = (size_t)n_head_kv * head_dim;
+    if (hb >= n_head + n_head_kv) {   /* a value head: the store only */
+        const int h = hb - n_head - n_head_kv;
+        for (int i = threadIdx.x; i < head_dim; i += RMS_THREADS) {
+            const size_t o = (size_t)p * kvd + (size_t)h * head_dim + i;
+            const float x = v[(size_t)h * head_dim + i];
+            if (f16) ((uint16_t *)vc)[o] = qd_f2h(x);
+            else ((float *)vc)[o] = x;
+        }
+        return;
+    }
+    const int is_k = hb >= n_head, h = is_k ? hb - n_head : hb;
+    float *row = (is_k ? k : q) + (size_t)h * head_dim;
+    rms_row(row, row, is_k ? kw : qw, head_dim, eps, part);
+    rope_table(cs, sn, half, p, theta_scale, freq_scale, RMS_THREADS);
+    __syncthreads();
+    for (int i = threadIdx.x; i < half; i += RMS_THREADS) rope_pair(row, i, half, cs[i], sn[i]);
+    if (!is_k) return;
+    __syncthreads();
+    for (int i = threadIdx.x; i < head_dim; i += RMS_THREADS) {
+        const size_t o = (size_t)p * kvd + (size_t)h * head_dim + i;
+        if (f16) ((uint16_t *)kc)[o] = qd_f2h(row[i]);
+        else ((float *)kc)[o] = row[i];
+    }
+}
+
+extern "C" int cuda_qk_norm_rope_store(cuda_ctx *c, float *q, float *k, const float *v, const float *q_norm,
+                                       const float *k_norm, int n_head, int n_head_kv, int head_dim, int n_rot,
+                                       const int32_t *pos, float freq_base, float freq_scale, float eps,
+                                       void *k_cache, void *v_cache, int f16, err *e)
+{
+    if (n_head <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_rot <= 0 || (n_rot & 1) || n_rot > head_dim ||
+        n_rot / 2 > RP_MAXHALF)
+        return err_setf(e, ERR_USAGE, "cuda_qk_norm_rope_store: n_head=%d n_head_kv=%d head_dim=%d n_rot=%d",
+                        n_head, n_head_kv, head_dim, n_rot);
+    const float theta_scale = powf(freq_base, -2.0f / n_rot);   /* host libm, as cuda_rope_neox */
+    k_qk_norm_rope_store<<<n_head + 2 * n_head_kv, RMS_THREADS, 0, c->stream>>>(
+        q, k, v, q_norm, k_norm, n_head, n_head_kv, head_dim, n_rot, pos, theta_scale, freq_scale, eps, k_cache,
+        v_cache, f16);
+    return cuda_launch_check(e, "qk_norm_rope_store");
 }
 
 extern "C" int cuda_rope_neox(cuda_ctx *c, float *x, int rows, int n_head, int head_dim, int n_rot,

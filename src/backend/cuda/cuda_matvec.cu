@@ -29,6 +29,7 @@
 #include <string.h>
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_qdot.cuh"
+#include "backend/cuda/cuda_rows.cuh"
 
 /* ==== Activation quantization ==== */
 
@@ -37,18 +38,17 @@
  * ties) gives max; iscale = -127/max; q = min(127, nearest-even(iscale*x))
  * (no FMA: __fmul_rn); bsums of 16; d = 1/iscale; an all-zero block is
  * all zeros. */
-__global__ void k_quant_q8_K(const float *__restrict__ x, uint8_t *__restrict__ out, int64_t nblocks)
+template <int SWI>
+__device__ __forceinline__ void quant_q8_K_warp(const float *x, const float *u, uint8_t *out, int64_t gb)
 {
     const int lane = threadIdx.x & 31;
-    const int64_t gb = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (gb >= nblocks) return;
-    const float *xb = x + gb * 256;
+    const float *xb = x + gb * 256, *ub = SWI ? u + gb * 256 : NULL;
     float v[8];
     float am = 0.f;
     int idx = INT_MAX;
 #pragma unroll
     for (int t = 0; t < 8; t++) {
-        v[t] = xb[lane * 8 + t];
+        v[t] = SWI ? swiglu1(xb[lane * 8 + t], ub[lane * 8 + t]) : xb[lane * 8 + t];
         const float ax = fabsf(v[t]);
         if (ax > am) { am = ax; idx = lane * 8 + t; }
     }
@@ -67,7 +67,7 @@ __global__ void k_quant_q8_K(const float *__restrict__ x, uint8_t *__restrict__ 
         if (lane == 0) qd_st32(ob, 0);
         return;
     }
-    const float mx = xb[idx];
+    const float mx = SWI ? swiglu1(xb[idx], ub[idx]) : xb[idx];
     const float iscale = -127.f / mx;
     int s = 0;
     uint32_t pk[2] = {0, 0};
@@ -88,19 +88,25 @@ __global__ void k_quant_q8_K(const float *__restrict__ x, uint8_t *__restrict__ 
     }
 }
 
+template <int SWI>
+__global__ void k_quant_q8_K(const float *__restrict__ x, const float *__restrict__ u, uint8_t *__restrict__ out,
+                             int64_t nblocks)
+{
+    const int64_t gb = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (gb < nblocks) quant_q8_K_warp<SWI>(x, u, out, gb);
+}
+
 /* One warp per 32-value block, lane = element: quant_ref_act_quant_q8_0
  * bit for bit: amax; id = amax ? 127/amax : 0; d = half(amax/127) (RNE);
  * q = saturate(round-half-even(x*id)), a non-finite product -> INT_MIN ->
  * -128 (only when 127/amax overflows). Q81: quant_ref_act_quant_q8_1, the
  * same d and q after a second f16, s = half(d * (float)sum), sum the
  * wrapping int32 sum of the UNSATURATED conversions (as ggml's). */
-template <int Q81>
-__global__ void k_quant_q8_0(const float *__restrict__ x, uint8_t *__restrict__ out, int64_t nblocks)
+template <int Q81, int SWI>
+__device__ __forceinline__ void quant_q8_0_warp(const float *x, const float *u, uint8_t *out, int64_t gb)
 {
     const int lane = threadIdx.x & 31;
-    const int64_t gb = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (gb >= nblocks) return;
-    const float v = x[gb * 32 + lane];
+    const float v = SWI ? swiglu1(x[gb * 32 + lane], u[gb * 32 + lane]) : x[gb * 32 + lane];
     float am = fabsf(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
@@ -127,6 +133,33 @@ __global__ void k_quant_q8_0(const float *__restrict__ x, uint8_t *__restrict__ 
     if (lane == 0) qd_st16(ob, __half_as_ushort(__float2half_rn(am / 127.f)));
 }
 
+template <int Q81, int SWI>
+__global__ void k_quant_q8_0(const float *__restrict__ x, const float *__restrict__ u, uint8_t *__restrict__ out,
+                             int64_t nblocks)
+{
+    const int64_t gb = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (gb < nblocks) quant_q8_0_warp<Q81, SWI>(x, u, out, gb);
+}
+
+/* RMSNorm of one row (rms_row, cuda_rmsnorm's numerics) and its
+ * quantization to the dot type DT (0 Q8_0, 1 Q8_1, 2 Q8_K) in one CTA of
+ * RMS_THREADS: the normed row goes to y (global; read back by the same
+ * CTA after the barrier), then each warp quantizes blocks w, w + 8, ... */
+template <int DT>
+__global__ void __launch_bounds__(RMS_THREADS)
+k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__ w, int n, float eps)
+{
+    __shared__ double part[RMS_THREADS / 32];
+    rms_row(y, x, w, n, eps, part);
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, nw = RMS_THREADS / 32;
+    const int nb = DT == 2 ? n / CQK_K : n / CQK8_0;
+    for (int b = warp; b < nb; b += nw) {
+        if (DT == 2) quant_q8_K_warp<0>(y, NULL, xq, b);
+        else quant_q8_0_warp<DT, 0>(y, NULL, xq, b);
+    }
+}
+
 /* f16 / bf16 activations (F16 / BF16 weights): one value a thread,
  * grid-stride, qd_f2h / qd_f2bf = fp32_to_fp16 / fp32_to_bf16 bit for bit
  * (round to nearest even; NaN quieted as the CPU does). */
@@ -135,6 +168,24 @@ __global__ void k_quant_half(const float *__restrict__ x, uint16_t *__restrict__
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = BF ? qd_f2bf(x[i]) : qd_f2h(x[i]);
+}
+
+/* The block quantizers by dot type (8 warps, one block each, a CTA);
+ * SWI: the input is swiglu1(x, u) instead of x. */
+template <int SWI>
+static void launch_quant(cuda_ctx *c, int wtype, const float *x, const float *u, uint8_t *xq, int64_t n, int rows)
+{
+    const int wpb = 8;
+    if (wtype == QTYPE_Q8_0 || wtype == QTYPE_Q4_0 || wtype == QTYPE_Q5_0) {
+        const int64_t nb = n / CQK8_0 * rows;
+        k_quant_q8_0<0, SWI><<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, u, xq, nb);
+    } else if (wtype == QTYPE_Q4_1 || wtype == QTYPE_Q5_1) {
+        const int64_t nb = n / CQK8_0 * rows;
+        k_quant_q8_0<1, SWI><<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, u, xq, nb);
+    } else {
+        const int64_t nb = n / CQK_K * rows;
+        k_quant_q8_K<SWI><<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, u, xq, nb);
+    }
 }
 
 extern "C" size_t cuda_act_bytes(int wtype, int64_t n)
@@ -161,7 +212,6 @@ extern "C" int cuda_act_quant(cuda_ctx *c, int wtype, const float *x, void *xq, 
     if (!cuda_act_bytes(wtype, n) || rows <= 0)
         return err_setf(e, ERR_UNSUPPORTED, "cuda_act_quant: weight type %s with n=%lld rows=%d", qtype_name(wtype),
                         (long long)n, rows);
-    const int wpb = 8;   /* warps (blocks) per CTA */
     if (wtype == QTYPE_F32) {   /* the CPU's quant_f32 is a copy */
         if ((const void *)x == xq) return 0;
         return cuda_fail(e, cudaMemcpyAsync(xq, x, (size_t)n * rows * 4, cudaMemcpyDeviceToDevice, c->stream),
@@ -172,17 +222,32 @@ extern "C" int cuda_act_quant(cuda_ctx *c, int wtype, const float *x, void *xq, 
         const unsigned grid = (unsigned)(nblk < 65536 ? nblk : 65536);
         if (wtype == QTYPE_F16) k_quant_half<0><<<grid, 256, 0, c->stream>>>(x, (uint16_t *)xq, nn);
         else k_quant_half<1><<<grid, 256, 0, c->stream>>>(x, (uint16_t *)xq, nn);
-    } else if (wtype == QTYPE_Q8_0 || wtype == QTYPE_Q4_0 || wtype == QTYPE_Q5_0) {
-        const int64_t nb = n / CQK8_0 * rows;
-        k_quant_q8_0<0><<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, (uint8_t *)xq, nb);
-    } else if (wtype == QTYPE_Q4_1 || wtype == QTYPE_Q5_1) {
-        const int64_t nb = n / CQK8_0 * rows;
-        k_quant_q8_0<1><<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, (uint8_t *)xq, nb);
     } else {
-        const int64_t nb = n / CQK_K * rows;
-        k_quant_q8_K<<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, (uint8_t *)xq, nb);
+        launch_quant<0>(c, wtype, x, NULL, (uint8_t *)xq, n, rows);
     }
     return cuda_launch_check(e, "act quant");
+}
+
+extern "C" int cuda_rmsnorm_quant(cuda_ctx *c, int wtype, float *y, void *xq, const float *x, const float *w,
+                                  int n, float eps, err *e)
+{
+    if (!cuda_act_bytes(wtype, n) || wtype == QTYPE_F32 || wtype == QTYPE_F16 || wtype == QTYPE_BF16)
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_rmsnorm_quant: weight type %s with n=%d", qtype_name(wtype), n);
+    const int dot = qtype_get(wtype)->dot_type;
+    if (dot == QTYPE_Q8_K) k_rmsnorm_quant<2><<<1, RMS_THREADS, 0, c->stream>>>(y, (uint8_t *)xq, x, w, n, eps);
+    else if (dot == QTYPE_Q8_1) k_rmsnorm_quant<1><<<1, RMS_THREADS, 0, c->stream>>>(y, (uint8_t *)xq, x, w, n, eps);
+    else k_rmsnorm_quant<0><<<1, RMS_THREADS, 0, c->stream>>>(y, (uint8_t *)xq, x, w, n, eps);
+    return cuda_launch_check(e, "rmsnorm quant");
+}
+
+extern "C" int cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g, const float *u, void *xq, int64_t n,
+                                     int rows, err *e)
+{
+    if (!cuda_act_bytes(wtype, n) || rows <= 0 || wtype == QTYPE_F32 || wtype == QTYPE_F16 || wtype == QTYPE_BF16)
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_act_quant_swiglu: weight type %s with n=%lld rows=%d",
+                        qtype_name(wtype), (long long)n, rows);
+    launch_quant<1>(c, wtype, g, u, (uint8_t *)xq, n, rows);
+    return cuda_launch_check(e, "act quant swiglu");
 }
 
 /* ==== Matvec ==== */
@@ -312,6 +377,32 @@ __device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s
     return sxq;
 }
 
+/* The optional parts of a launch (cuda_matvec_args): a second matrix set
+ * (W2, y2: blockIdx.y >= n_batch takes matrix b - n_batch of it) and a
+ * residual added to each output (y[o] = dot + add[o], add may alias y:
+ * each element is read and written by the one thread that owns it). */
+struct mv_ext {
+    const uint8_t *W2;
+    float         *y2;
+    const float   *add;
+};
+
+__device__ __forceinline__ int mv_pick(const mv_ext &ex, const uint8_t *__restrict__ *W, float **y)
+{
+    const int b = blockIdx.y, nb = (int)(gridDim.y >> 1);
+    if (ex.W2 && b >= nb) {
+        *W = ex.W2;
+        *y = ex.y2;
+        return b - nb;
+    }
+    return b;
+}
+
+__device__ __forceinline__ void mv_store(const mv_ext &ex, float *y, size_t o, float v)
+{
+    y[o] = ex.add ? __fadd_rn(v, ex.add[o]) : v;
+}
+
 /* grid: (ceil(rows / R), n_batch); block: 32 * MV_WARPS threads.
  * R >= MV_WARPS: warp w computes rows w, w + MV_WARPS, ...; R = 1 or 2 (a
  * grid too short to fill the GPU): the MV_WARPS / R warps of a row split
@@ -320,13 +411,13 @@ __device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s
 template <int QT>
 __global__ void __launch_bounds__(32 * MV_WARPS)
 k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k, int R,
-         const uint8_t *__restrict__ xq, size_t x_stride, float *__restrict__ y, size_t y_stride)
+         const uint8_t *__restrict__ xq, size_t x_stride, float *y, size_t y_stride, mv_ext ex)
 {
     typedef mv_traits<QT> T;
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ float red[MV_WARPS];
     const int nb = k / T::BE, rb = nb * T::BB;
-    const int b = blockIdx.y;
+    const int b = mv_pick(ex, &W, &y);
     const int mat = ids ? ids[b] : b;
     const int r0 = blockIdx.x * R;
     const int nr = min(R, rows - r0);
@@ -352,7 +443,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
             for (int it = lane; it < nit; it += 32) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-            if (lane == 0) y[(size_t)b * y_stride + r0 + i] = acc;
+            if (lane == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
         }
         return;
     }
@@ -369,7 +460,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
     if ((int)threadIdx.x < nr) {
         float s = red[threadIdx.x];
         for (int p = 1; p < wpr; p++) s += red[threadIdx.x + R * p];
-        y[(size_t)b * y_stride + r0 + threadIdx.x] = s;
+        mv_store(ex, y, (size_t)b * y_stride + r0 + threadIdx.x, s);
     }
 }
 
@@ -394,9 +485,14 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
  *     HBM is busy during the unpack and __syncthreads.
  * Measured on the H200 it beats the tile kernel on Q4_K K = 768 rows
  * (44% vs 35% of the read probe) but loses on K = 2048 Q4_K (46% vs 48%),
- * the Q6_K head (42% vs 50%) and Q8_0 (60% vs 63%), so cuda_matvec_batch
- * uses it only for rows of fewer than 32 items. A variant with 8 items a
- * lane (2 CTAs an SM) and one without the prefetch were slower still. 
+ * the Q6_K head (42% vs 50%) and Q8_0 (60% vs 63%) -- but those
+ * single-matrix timings re-read matrices that fit in the 50 MB L2. In the
+ * whole model, where every weight comes cold from HBM, the direct kernel
+ * for every matvec decodes 279.9 tok/s against 244.0 with the tile kernel
+ * for every one and 251.3 with the earlier split by shape (30b-a3b shape,
+ * test_cuda_model --bench, one run), so it is the default for all shapes.
+ * A variant with 8 items a lane (2 CTAs an SM) and one without the
+ * prefetch were slower still. 
  * Item order and float sums per lane are fixed (u ascending, then the
  * shuffle tree): results are deterministic run to run. */
 #define MVD_WARPS 8
@@ -407,13 +503,13 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
 template <int QT>
 __global__ void __launch_bounds__(32 * MVD_WARPS, 4)
 k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
-                int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, float *__restrict__ y,
-                size_t y_stride)
+                int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, float *y, size_t y_stride,
+                mv_ext ex)
 {
     typedef mv_traits<QT> T;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nb = k / T::BE, rb = nb * T::BB, nit = nb * T::IPB;
-    const int b = blockIdx.y;
+    const int b = mv_pick(ex, &W, &y);
     const int mat = ids ? ids[b] : b;
     const int r0 = blockIdx.x * R;
     const int nr = min(R, rows - r0);
@@ -453,7 +549,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
             }
         }
         for (int o = S >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (ok && sl == 0) y[(size_t)b * y_stride + r0 + i] = acc;
+        if (ok && sl == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
     }
 }
 
@@ -487,10 +583,9 @@ int cuda_matvec_init(cuda_ctx *c, err *e)
     return 0;
 }
 
-/* Which matvec cuda_matvec_batch launches is chosen by shape alone: the
- * direct kernel for rows of fewer than 32 items (Q4_K K = 768), the tile
- * kernel otherwise: what measured faster on the H200 (bench/RESULTS.md,
- * issue 9, where the A/B build that forced either kernel is described). */
+/* cuda_matvec_batch launches the direct kernel (what measured faster on
+ * the whole model, above); the tile kernel only when cuda_matvec_force
+ * asks for it (the benchmark's comparison). */
 template <int QT>
 static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
 {
@@ -508,7 +603,15 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     const size_t act = mv_act_bytes(T::ACT, k, T::BE);
     const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
     const uint8_t *w = (const uint8_t *)a->w, *xq = (const uint8_t *)a->xq;
-    if (nit < 32) {
+    if (a->w2 && ((uintptr_t)a->w2 & wal))
+        return err_setf(e, ERR_USAGE, "cuda_matvec: %s weights need %d-byte alignment", qtype_name(a->wtype),
+                        (int)T::WAL);
+    if (a->w2 && (!a->y2 || a->add || a->n_batch > 65535 / 2))
+        return err_setf(e, ERR_USAGE, "cuda_matvec: a second matrix set needs y2, no add, n_batch <= %d", 65535 / 2);
+    const mv_ext ex = { (const uint8_t *)a->w2, a->y2, a->add };
+    /* the launch's matrices: both sets when there are two */
+    const int64_t nbat = a->w2 ? 2 * (int64_t)a->n_batch : a->n_batch;
+    if (c->mv_force != 1) {
         if (act + MV_SMEM_STATIC > c->info.smem_per_block_optin)
             return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, act);
         int lg_s = 0;
@@ -519,11 +622,11 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
         const int rpi = MVD_WARPS * (32 >> lg_s);
         int R = rpi;
         while (R < 256 && (int64_t)2 * R * rb <= 32768 &&
-               (int64_t)((rows + 2 * R - 1) / (2 * R)) * a->n_batch >= 4 * (int64_t)c->info.sm_count)
+               (int64_t)((rows + 2 * R - 1) / (2 * R)) * nbat >= 4 * (int64_t)c->info.sm_count)
             R *= 2;
-        const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_batch);
+        const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
         k_matvec_direct<QT><<<grid, 32 * MVD_WARPS, act, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, lg_s, xq,
-                                                                      a->x_stride, a->y, a->y_stride);
+                                                                      a->x_stride, a->y, a->y_stride, ex);
         return cuda_launch_check(e, "matvec");
     }
     /* R: tiles <= 32 KB (or down to 1 row when even 4 rows exceed 64 KB);
@@ -534,17 +637,19 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     int R = 64;
     while (R > 4 && mv_tile_bytes(R, rb) > 32768) R >>= 1;
     while (R > 1 && mv_tile_bytes(R, rb) > 65536) R >>= 1;
-    while (R > 4 && (int64_t)((rows + R - 1) / R) * a->n_batch < 2 * (int64_t)sms) R >>= 1;
-    while (R > 1 && R <= 4 && (int64_t)((rows + R - 1) / R) * a->n_batch < (int64_t)sms) R >>= 1;
+    while (R > 4 && (int64_t)((rows + R - 1) / R) * nbat < 2 * (int64_t)sms) R >>= 1;
+    while (R > 1 && R <= 4 && (int64_t)((rows + R - 1) / R) * nbat < (int64_t)sms) R >>= 1;
     const size_t smem = mv_tile_bytes(R, rb) + act;
     if (smem + MV_SMEM_STATIC > c->info.smem_per_block_optin)
         return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large for one tile (%zu bytes of shared memory)", k,
                         smem);
-    const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_batch);
+    const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
     k_matvec<QT><<<grid, 32 * MV_WARPS, smem, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, xq, a->x_stride, a->y,
-                                                           a->y_stride);
+                                                           a->y_stride, ex);
     return cuda_launch_check(e, "matvec");
 }
+
+extern "C" void cuda_matvec_force(cuda_ctx *c, int mode) { c->mv_force = mode == 1 || mode == 2 ? mode : 0; }
 
 extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
 {

@@ -31,13 +31,15 @@
  * attention and MoE (which only feed logits) run only for the last row, as
  * the CPU does with n_out = 1; every row's K/V goes to the cache.
  *
- * Greedy decode replays ONE captured CUDA graph per token (captured at the
- * first cuda_model_greedy, kept until close): the step reads its token and
- * position from the device slots step[0..1], its argmax goes to step[0],
- * and cuda_step_advance appends it to tok[pos + 1] and increments step[1],
- * so the same graph serves every step and every position. The plain path
- * (one enqueued kernel at a time, pointers tok + p / pos + p) is kept as
- * the reference (cuda_model_set_graph(m, 0)). */
+ * Rows replay captured CUDA graphs (captured at first use, kept until
+ * close), one replay per row: a prompt row without logits, a row with
+ * logits, a greedy step. Each reads its token and position from the
+ * device slots step[0..1]; the prompt-row graph ends with
+ * cuda_step_next (the next row's slots from tok[]), the greedy one with
+ * the argmax to step[0] and cuda_step_advance (tok[pos + 1] = it, pos +=
+ * 1), so one graph serves every row and position. The plain path (one
+ * enqueued kernel at a time, pointers tok + p / pos + p) is kept as the
+ * reference (cuda_model_set_graph(m, 0)) and records layer outputs. */
 #include "backend/cuda/cuda_model.h"
 
 #include <math.h>
@@ -91,7 +93,6 @@ struct cuda_model {
     /* scratch (device), one row */
     float    *x;             /* (n_embd) residual */
     float    *xn;            /* (n_embd) normed row */
-    float    *tmp;           /* (n_embd) Wo output */
     float    *q, *k, *v;     /* (n_head*head_dim), (n_head_kv*head_dim) x 2 */
     float    *att;           /* (n_head*head_dim) */
     uint8_t  *xq;            /* the widest quantized input (k rows for down) */
@@ -102,12 +103,16 @@ struct cuda_model {
     float    *eout;          /* (n_expert_used, n_embd) down outputs */
     float    *logits;        /* (n_vocab) */
     float    *layer_out;     /* (n_layer, n_embd) residual after each layer */
+    int32_t  *layer_sel;     /* (n_layer, n_expert_used) experts chosen in each layer */
     int32_t  *tok;           /* (n_ctx + 1) token of each position */
     int32_t  *pos;           /* (n_ctx) pos[p] = p */
     int32_t  *step;          /* (2) graph steps: [0] token, [1] position */
     int       have_layer_out;
-    int       use_graph;     /* greedy replays `graph` (default 1) */
+    int       use_graph;     /* rows replay graphs (default 1) */
+    int       record;        /* eval records layer outputs (plain path) */
     cuda_graph *graph;       /* one greedy step, NULL until the first greedy */
+    cuda_graph *graph_row;   /* one prompt row without logits, then step_next */
+    cuda_graph *graph_head;  /* one row with logits */
 };
 
 /* ==== Open: carve, upload ==== */
@@ -260,7 +265,6 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     }
     m->x = carve(c, NULL, sizeof(float) * E);
     m->xn = carve(c, NULL, sizeof(float) * E);
-    m->tmp = carve(c, NULL, sizeof(float) * E);
     /* q and k back to back: one RoPE call rotates both (n_head + n_head_kv heads) */
     m->q = carve(c, NULL, sizeof(float) * (qd + kvd));
     m->k = m->q ? m->q + qd : NULL;
@@ -275,6 +279,7 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     m->eout = carve(c, NULL, sizeof(float) * K * E);
     m->logits = carve(c, NULL, sizeof(float) * (size_t)hp->n_vocab);
     m->layer_out = carve(c, NULL, sizeof(float) * (size_t)hp->n_layer * E);
+    m->layer_sel = carve(c, NULL, sizeof(int32_t) * (size_t)hp->n_layer * (size_t)hp->n_expert_used);
     m->tok = carve(c, NULL, sizeof(int32_t) * ((size_t)m->n_ctx + 1));
     m->pos = carve(c, NULL, sizeof(int32_t) * (size_t)m->n_ctx);
     m->step = carve(c, NULL, sizeof(int32_t) * 2);
@@ -349,6 +354,8 @@ void cuda_model_close(cuda_model *m)
     if (m->cu) {
         cuda_sync(m->cu, NULL);
         cuda_graph_free(m->graph);
+        cuda_graph_free(m->graph_row);
+        cuda_graph_free(m->graph_head);
         cuda_free(m->cu, m->spool);
         cuda_free(m->cu, m->kvpool);
         cuda_free(m->cu, m->wpool);
@@ -388,6 +395,14 @@ static int mv(cuda_model *m, const dmat *w, const float *x, float *y, err *e)
     return mvq(m, w, xq, y, e);
 }
 
+/* w's activations are Q8 blocks (Q8_K, Q8_0 or Q8_1): the fused
+ * norm/swiglu quantizers apply */
+static int q8_dot(const dmat *w)
+{
+    const int dot = qtype_get(w->type)->dot_type;
+    return dot == QTYPE_Q8_K || dot == QTYPE_Q8_0 || dot == QTYPE_Q8_1;
+}
+
 static int same_dot(const dmat *a, const dmat *b)
 {
     return qtype_get(a->type)->dot_type == qtype_get(b->type)->dot_type;
@@ -412,35 +427,43 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, err *e
     const hparams *hp = &m->hp;
     const dlayer *dl = &m->layers[l];
     const int E = hp->n_embd, D = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
-    const int64_t kvd = (int64_t)Hkv * D;
     cuda_ctx *cu = m->cu;
 
-    TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->attn_norm, E, 1, hp->rms_eps, e));
     if (same_dot(&dl->wq, &dl->wk) && same_dot(&dl->wq, &dl->wv)) {   /* one quantization for the three */
         const void *xq;
-        TRY(act_in(m, &dl->wq, m->xn, 1, &xq, e));
+        if (q8_dot(&dl->wq)) {   /* the norm and the quantization in one launch */
+            TRY(cuda_rmsnorm_quant(cu, dl->wq.type, m->xn, m->xq, m->x, dl->attn_norm, E, hp->rms_eps, e));
+            xq = m->xq;
+        } else {
+            TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->attn_norm, E, 1, hp->rms_eps, e));
+            TRY(act_in(m, &dl->wq, m->xn, 1, &xq, e));
+        }
         TRY(mvq(m, &dl->wq, xq, m->q, e));
         TRY(mvq(m, &dl->wk, xq, m->k, e));
         TRY(mvq(m, &dl->wv, xq, m->v, e));
     } else {
+        TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->attn_norm, E, 1, hp->rms_eps, e));
         TRY(mv(m, &dl->wq, m->xn, m->q, e));
         TRY(mv(m, &dl->wk, m->xn, m->k, e));
         TRY(mv(m, &dl->wv, m->xn, m->v, e));
     }
-    /* per-head Q/K RMSNorm (rows of head_dim), then RoPE of q and k at once
-     * (k follows q in memory: one row of n_head + n_head_kv heads) */
-    TRY(cuda_rmsnorm(cu, m->q, m->q, dl->q_norm, D, H, hp->rms_eps, e));
-    TRY(cuda_rmsnorm(cu, m->k, m->k, dl->k_norm, D, Hkv, hp->rms_eps, e));
-    TRY(cuda_rope_neox(cu, m->q, 1, H + Hkv, D, hp->n_rot, pos, hp->rope_freq_base, hp->rope_freq_scale, e));
-    TRY(cuda_kv_store(cu, dl->k_cache, m->kv_f16, m->k, 1, kvd, pos, e));
-    TRY(cuda_kv_store(cu, dl->v_cache, m->kv_f16, m->v, 1, kvd, pos, e));
+    /* per-head Q/K RMSNorm, RoPE of q and k, the K/V store: one launch */
+    TRY(cuda_qk_norm_rope_store(cu, m->q, m->k, m->v, dl->q_norm, dl->k_norm, H, Hkv, D, hp->n_rot, pos,
+                                hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps, dl->k_cache, dl->v_cache,
+                                m->kv_f16, e));
     if (!full) return 0;
 
     const float scale = 1.0f / sqrtf((float)D);
     TRY(cuda_attention_decode(cu, m->att, m->q, 1, H, Hkv, D, dl->k_cache, m->kv_f16, dl->v_cache, m->kv_f16, pos,
                               scale, e));
-    TRY(mv(m, &dl->wo, m->att, m->tmp, e));
-    return cuda_add(cu, m->x, m->tmp, m->x, E, e);   /* x = Wo . att + x */
+    /* x = Wo . att + x: the residual is added in the matvec's store */
+    const void *xq;
+    TRY(act_in(m, &dl->wo, m->att, 1, &xq, e));
+    cuda_matvec_args a = {
+        .wtype = dl->wo.type, .w = dl->wo.d, .rows = dl->wo.rows, .k = dl->wo.k, .n_batch = 1, .xq = xq,
+        .y = m->x, .add = m->x,
+    };
+    return cuda_matvec_batch(cu, &a, e);
 }
 
 /* MoE half of layer l: x = x + sum_t w_t down_t(silu(gate_t xn) * up_t xn),
@@ -453,17 +476,40 @@ static int layer_moe(cuda_model *m, int l, err *e)
     cuda_ctx *cu = m->cu;
     const void *xq;
 
-    TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
+    /* xn = rms(x): the router reads it as floats (an F32 router), the
+     * experts quantized; both from one launch when the router needs no
+     * quantization of its own (it would reuse m->xq) */
+    const int fused = dl->gate_inp.act_f32 && q8_dot(&dl->gate_exps);
+    if (fused) TRY(cuda_rmsnorm_quant(cu, dl->gate_exps.type, m->xn, m->xq, m->x, dl->ffn_norm, E, hp->rms_eps, e));
+    else TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
     TRY(mv(m, &dl->gate_inp, m->xn, m->router, e));
     TRY(cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
-    /* gate and up share the input row (x_stride 0) */
-    TRY(act_in(m, &dl->gate_exps, m->xn, 1, &xq, e));
-    TRY(mv_experts(m, &dl->gate_exps, xq, 0, m->g, (size_t)F, e));
-    if (!same_dot(&dl->up_exps, &dl->gate_exps)) TRY(act_in(m, &dl->up_exps, m->xn, 1, &xq, e));
-    TRY(mv_experts(m, &dl->up_exps, xq, 0, m->u, (size_t)F, e));
-    TRY(cuda_swiglu(cu, m->g, m->g, m->u, (int64_t)K * F, e));
-    /* down: each expert its own hidden row */
-    TRY(act_in(m, &dl->down_exps, m->g, K, &xq, e));
+    /* gate and up share the input row (x_stride 0); one launch when they
+     * are stacks of one type and layout */
+    if (fused) xq = m->xq;
+    else TRY(act_in(m, &dl->gate_exps, m->xn, 1, &xq, e));
+    if (dl->up_exps.type == dl->gate_exps.type && dl->up_exps.stride == dl->gate_exps.stride &&
+        dl->up_exps.rows == dl->gate_exps.rows) {
+        cuda_matvec_args a = {
+            .wtype = dl->gate_exps.type, .w = dl->gate_exps.d, .w_stride = dl->gate_exps.stride, .ids = m->sel,
+            .rows = F, .k = E, .n_batch = K, .xq = xq, .y = m->g, .y_stride = (size_t)F,
+            .w2 = dl->up_exps.d, .y2 = m->u,
+        };
+        TRY(cuda_matvec_batch(cu, &a, e));
+    } else {
+        TRY(mv_experts(m, &dl->gate_exps, xq, 0, m->g, (size_t)F, e));
+        if (!same_dot(&dl->up_exps, &dl->gate_exps)) TRY(act_in(m, &dl->up_exps, m->xn, 1, &xq, e));
+        TRY(mv_experts(m, &dl->up_exps, xq, 0, m->u, (size_t)F, e));
+    }
+    /* down: each expert its own hidden row h = swiglu(g, u); for a Q8 dot
+     * type h is computed inside the quantizer's launch */
+    if (q8_dot(&dl->down_exps)) {
+        TRY(cuda_act_quant_swiglu(cu, dl->down_exps.type, m->g, m->u, m->xq, F, K, e));
+        xq = m->xq;
+    } else {
+        TRY(cuda_swiglu(cu, m->g, m->g, m->u, (int64_t)K * F, e));
+        TRY(act_in(m, &dl->down_exps, m->g, K, &xq, e));
+    }
     const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
     TRY(mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, e));
     return cuda_moe_combine(cu, m->x, m->eout, m->selw, 1, K, E, e);
@@ -484,12 +530,18 @@ static int row(cuda_model *m, const int32_t *tok, const int32_t *pos, int record
         TRY(layer_attn(m, l, pos, full, e));
         if (!full) break;
         TRY(layer_moe(m, l, e));
-        if (record) TRY(cuda_copy_d2d(m->cu, m->layer_out + (size_t)l * E, m->x, sizeof(float) * (size_t)E, e));
+        if (record) {
+            const size_t K = (size_t)hp->n_expert_used;
+            TRY(cuda_copy_d2d(m->cu, m->layer_out + (size_t)l * E, m->x, sizeof(float) * (size_t)E, e));
+            TRY(cuda_copy_d2d(m->cu, m->layer_sel + (size_t)l * K, m->sel, sizeof(int32_t) * K, e));
+        }
     }
     if (!head) return 0;
     TRY(cuda_rmsnorm(m->cu, m->xn, m->x, m->output_norm, E, 1, hp->rms_eps, e));
     return mv(m, &m->output, m->xn, m->logits, e);
 }
+
+static int capture(cuda_model *m, int kind, cuda_graph **g, err *e);
 
 int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *logits, err *e)
 {
@@ -502,32 +554,49 @@ int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *l
                             m->hp.n_vocab);
     TRY(cuda_upload(m->cu, m->tok + pos0, ids, sizeof(int32_t) * (size_t)n, e));
     m->have_layer_out = 0;
-    for (int i = 0; i < n; i++) {
-        const int last = i == n - 1;
-        TRY(row(m, m->tok + pos0 + i, m->pos + pos0 + i, last, last && logits, e));
+    if (m->use_graph && !m->record) {
+        const int32_t slots[2] = { ids[0], pos0 };
+        TRY(cuda_upload(m->cu, m->step, slots, sizeof slots, e));
+        if (n > 1 || !logits) {
+            if (!m->graph_row) TRY(capture(m, 0, &m->graph_row, e));
+            for (int i = 0; i < (logits ? n - 1 : n); i++) TRY(cuda_graph_launch(m->cu, m->graph_row, e));
+        }
+        if (logits) {
+            if (!m->graph_head) TRY(capture(m, 1, &m->graph_head, e));
+            TRY(cuda_graph_launch(m->cu, m->graph_head, e));
+        }
+    } else {
+        for (int i = 0; i < n; i++) {
+            const int last = i == n - 1;
+            TRY(row(m, m->tok + pos0 + i, m->pos + pos0 + i, last && m->record, last && logits, e));
+        }
+        m->have_layer_out = m->record;
     }
     if (logits) TRY(cuda_download(m->cu, logits, m->logits, sizeof(float) * (size_t)m->hp.n_vocab, e));
     else TRY(cuda_sync(m->cu, e));
-    m->have_layer_out = 1;
     return 0;
 }
 
-/* Capture one greedy step into m->graph: the row at token step[0] and
- * position step[1], its argmax to step[0], then tok[step[1] + 1] = step[0]
- * and step[1] += 1. */
-static int capture_step(cuda_model *m, err *e)
+/* Capture into *g one row at token step[0] and position step[1]:
+ *   kind 0  a prompt row without logits, then step_next (the next row's
+ *           token and position into the slots);
+ *   kind 1  a row with logits (m->logits);
+ *   kind 2  a greedy step: logits, their argmax to step[0], then
+ *           tok[step[1] + 1] = step[0] and step[1] += 1. */
+static int capture(cuda_model *m, int kind, cuda_graph **g, err *e)
 {
     TRY(cuda_graph_begin(m->cu, e));
-    int rc = row(m, m->step, m->step + 1, 0, 1, e);
-    if (!rc) rc = cuda_argmax(m->cu, m->step, m->logits, 1, m->hp.n_vocab, e);
-    if (!rc) rc = cuda_step_advance(m->cu, m->step, m->step + 1, m->tok, e);
+    int rc = row(m, m->step, m->step + 1, 0, kind > 0, e);
+    if (!rc && kind == 0) rc = cuda_step_next(m->cu, m->step, m->step + 1, m->tok, e);
+    if (!rc && kind == 2) rc = cuda_argmax(m->cu, m->step, m->logits, 1, m->hp.n_vocab, e);
+    if (!rc && kind == 2) rc = cuda_step_advance(m->cu, m->step, m->step + 1, m->tok, e);
     if (rc) {
-        cuda_graph *g = NULL;
-        cuda_graph_end(m->cu, &g, NULL);   /* ends the capture; the first error stays in e */
-        cuda_graph_free(g);
+        cuda_graph *dead = NULL;
+        cuda_graph_end(m->cu, &dead, NULL);   /* ends the capture; the first error stays in e */
+        cuda_graph_free(dead);
         return rc;
     }
-    return cuda_graph_end(m->cu, &m->graph, e);
+    return cuda_graph_end(m->cu, g, e);
 }
 
 int cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32_t *out_ids, err *e)
@@ -542,7 +611,7 @@ int cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32
     if (m->use_graph) {
         const int32_t slots[2] = { first, pos0 };
         TRY(cuda_upload(m->cu, m->step, slots, sizeof slots, e));
-        if (!m->graph) TRY(capture_step(m, e));
+        if (!m->graph) TRY(capture(m, 2, &m->graph, e));
         for (int i = 0; i < n_steps; i++) TRY(cuda_graph_launch(m->cu, m->graph, e));
     } else {
         TRY(cuda_upload(m->cu, m->tok + pos0, &first, sizeof first, e));
@@ -558,9 +627,29 @@ int cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32
 
 void cuda_model_set_graph(cuda_model *m, int on) { m->use_graph = on != 0; }
 
+void cuda_model_set_record(cuda_model *m, int on) { m->record = on != 0; }
+
+void cuda_model_set_matvec(cuda_model *m, int mode)
+{
+    cuda_sync(m->cu, NULL);
+    cuda_matvec_force(m->cu, mode);
+    cuda_graph_free(m->graph);
+    cuda_graph_free(m->graph_row);
+    cuda_graph_free(m->graph_head);
+    m->graph = m->graph_row = m->graph_head = NULL;
+}
+
 int cuda_model_layer_outputs(cuda_model *m, float *out, err *e)
 {
     if (!m->have_layer_out)
         return err_setf(e, ERR_USAGE, "cuda_model_layer_outputs: no cuda_model_eval since open or the last greedy");
     return cuda_download(m->cu, out, m->layer_out, sizeof(float) * (size_t)m->hp.n_layer * (size_t)m->hp.n_embd, e);
+}
+
+int cuda_model_layer_experts(cuda_model *m, int32_t *out, err *e)
+{
+    if (!m->have_layer_out)
+        return err_setf(e, ERR_USAGE, "cuda_model_layer_experts: no recorded eval (cuda_model_set_record)");
+    return cuda_download(m->cu, out, m->layer_sel,
+                         sizeof(int32_t) * (size_t)m->hp.n_layer * (size_t)m->hp.n_expert_used, e);
 }

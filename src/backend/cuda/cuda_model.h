@@ -50,7 +50,9 @@ void cuda_model_close(cuda_model *m);   /* NULL is a no-op */
 /* Evaluate ids[0..n) at positions pos0..pos0+n-1 (0 <= pos0,
  * pos0 + n <= n_ctx, every id < n_vocab: checked on the host, ERR_RANGE)
  * and, when logits != NULL, copy the last row's n_vocab logits to the host.
- * One synchronous upload of the ids, then every row is enqueued; returns
+ * One upload of the ids (and of the two step slots), then every row is
+ * enqueued -- with graphs on, as one replay of a captured graph per row
+ * (one for the rows without logits, one for the row with them); returns
  * after the device is done. */
 int  cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *logits, err *e);
 
@@ -60,17 +62,31 @@ int  cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *
  * download of n_steps ids). pos0 + n_steps <= n_ctx. */
 int  cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32_t *out_ids, err *e);
 
-/* Greedy's execution: on (the default), each step is one replay of a CUDA
- * graph captured at the first cuda_model_greedy (the token and position
- * live in device slots); off, each step enqueues its ~24 kernels a layer
- * one by one (the reference path). Both give the same ids, bit for bit. */
+/* Execution of eval and greedy rows: on (the default), each row is one
+ * replay of a CUDA graph captured at its first use (the token and position
+ * live in device slots); off, each row enqueues its ~17 kernels a layer
+ * one by one (the reference path). Both give the same results, bit for
+ * bit. */
 void cuda_model_set_graph(cuda_model *m, int on);
+
+/* Record the residual stream after each layer in cuda_model_eval (for
+ * cuda_model_layer_outputs; off by default: it costs a copy a layer and
+ * runs the plain path). */
+void cuda_model_set_record(cuda_model *m, int on);
+
+/* The matvec kernel choice (cuda_matvec_force: 0 by shape, 1 tile, 2
+ * direct) for a benchmark; drops the captured graphs (recaptured at next
+ * use with the new choice). */
+void cuda_model_set_matvec(cuda_model *m, int mode);
 
 /* The residual stream after each layer for the last row of the latest
  * cuda_model_eval: out[l * n_embd + i], n_layer rows (for per-layer NMSE
- * against the CPU). ERR_USAGE when there is none (no eval yet, or a
- * cuda_model_greedy ran since: its steps do not record them). */
+ * against the CPU). ERR_USAGE when there is none (recording off, no eval
+ * yet, or a cuda_model_greedy ran since: its steps do not record them). */
 int  cuda_model_layer_outputs(cuda_model *m, float *out, err *e);
+/* The experts each layer chose for that row: out[l * n_expert_used + t],
+ * in the router's order (same conditions as cuda_model_layer_outputs). */
+int  cuda_model_layer_experts(cuda_model *m, int32_t *out, err *e);
 
 /* Bytes of VRAM the model holds (weights + KV + scratch), and the device
  * name. */

@@ -5,31 +5,17 @@
 #include <limits.h>
 #include <math.h>
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_rows.cuh"
 
 /* ==== RMSNorm: one CTA (256 threads) per row ====
  * sum of float products in double (ops_rmsnorm), reduced as a tree; then
  * mean = (float)(sum / n), scale = 1.0f / sqrtf(mean + eps) (IEEE division
  * and square root: nvcc's defaults), y = (x * scale) * w. */
-#define RMS_THREADS 256
 __global__ void __launch_bounds__(RMS_THREADS)
 k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int n, float eps)
 {
     __shared__ double part[RMS_THREADS / 32];
-    const float *xr = x + (size_t)blockIdx.x * n;
-    float *yr = y + (size_t)blockIdx.x * n;
-    double s = 0.0;
-    for (int i = threadIdx.x; i < n; i += RMS_THREADS) {
-        const float v = xr[i];
-        s += (double)__fmul_rn(v, v);
-    }
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
-    __syncthreads();   /* also: every read of xr is done before any write of yr (y may alias x) */
-    double t = 0.0;
-    for (int i = 0; i < RMS_THREADS / 32; i++) t += part[i];
-    const float mean = (float)(t / n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    for (int i = threadIdx.x; i < n; i += RMS_THREADS) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+    rms_row(y + (size_t)blockIdx.x * n, x + (size_t)blockIdx.x * n, w, n, eps, part);
 }
 
 extern "C" int cuda_rmsnorm(cuda_ctx *c, float *y, const float *x, const float *w, int n, int rows, float eps, err *e)
@@ -44,9 +30,7 @@ __global__ void k_swiglu(float *h, const float *g, const float *u, int64_t n)
 {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float gv = g[i], uv = u[i];
-    const float s = gv / (1.0f + expf(-gv));
-    h[i] = __fmul_rn(s, uv);
+    h[i] = swiglu1(g[i], u[i]);
 }
 
 extern "C" int cuda_swiglu(cuda_ctx *c, float *h, const float *g, const float *u, int64_t n, err *e)

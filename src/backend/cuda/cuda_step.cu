@@ -1,5 +1,5 @@
-/* cuda_step.cu: the per-step bookkeeping of a graph-replayed decode step
- * (cuda_backend.h, cuda_step_advance). */
+/* cuda_step.cu: the per-step bookkeeping of graph-replayed rows
+ * (cuda_backend.h, cuda_step_advance, cuda_step_next). */
 #include "backend/cuda/cuda_internal.h"
 
 __global__ void k_step_advance(int32_t *tok_slot, int32_t *pos_slot, int32_t *tok_hist)
@@ -13,4 +13,17 @@ extern "C" int cuda_step_advance(cuda_ctx *c, int32_t *tok_slot, int32_t *pos_sl
 {
     k_step_advance<<<1, 1, 0, c->stream>>>(tok_slot, pos_slot, tok_hist);
     return cuda_launch_check(e, "step advance");
+}
+
+__global__ void k_step_next(int32_t *tok_slot, int32_t *pos_slot, const int32_t *tok_hist)
+{
+    const int32_t p = *pos_slot + 1;
+    *pos_slot = p;
+    *tok_slot = tok_hist[p];
+}
+
+extern "C" int cuda_step_next(cuda_ctx *c, int32_t *tok_slot, int32_t *pos_slot, const int32_t *tok_hist, err *e)
+{
+    k_step_next<<<1, 1, 0, c->stream>>>(tok_slot, pos_slot, tok_hist);
+    return cuda_launch_check(e, "step next");
 }

@@ -1,0 +1,73 @@
+/* cuda_rows.cuh: device functions of one float row, shared by the
+ * stand-alone kernels (k_rmsnorm, k_rope, k_swiglu, the activation
+ * quantizers) and the fused ones built from them, so a fused kernel gives
+ * the stand-alone sequence's results bit for bit (the same operations in
+ * the same order; cuda_backend.h states each against the CPU). */
+#ifndef STRATA_CUDA_ROWS_CUH
+#define STRATA_CUDA_ROWS_CUH
+
+#include <math.h>
+
+/* RMSNorm of one row by a CTA of RMS_THREADS threads (all of them call
+ * it): the sum of float products in double (ops_rmsnorm), reduced as a
+ * tree (per thread, then warp shuffles, then the warps' parts in order);
+ * mean = (float)(sum / n), scale = 1.0f / sqrtf(mean + eps), y = (x *
+ * scale) * w. y may alias x. `part` is RMS_THREADS / 32 doubles of shared
+ * memory. Ends without a barrier: the caller syncs before reading y
+ * written by other threads. */
+#define RMS_THREADS 256
+__device__ __forceinline__ void rms_row(float *y, const float *x, const float *__restrict__ w, int n, float eps,
+                                        double *part)
+{
+    double s = 0.0;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < n; i += RMS_THREADS) {
+        const float v = x[i];
+        s += (double)__fmul_rn(v, v);
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+    __syncthreads();   /* also: every read of x is done before any write of y (y may alias x) */
+    double t = 0.0;
+    for (int i = 0; i < RMS_THREADS / 32; i++) t += part[i];
+    const float mean = (float)(t / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = threadIdx.x; i < n; i += RMS_THREADS) y[i] = __fmul_rn(__fmul_rn(x[i], scale), w[i]);
+}
+
+/* NeoX RoPE tables of one position, by a CTA of `nthr` threads: cs[i],
+ * sn[i] for i < n_rot / 2, theta = the CPU's chain of float products
+ * p * theta_scale^i (ops_rope_cache), cos/sin of freq_scale * theta in
+ * double, rounded once. Ends without a barrier. */
+__device__ __forceinline__ void rope_table(float *cs, float *sn, int half, int p, float theta_scale,
+                                           float freq_scale, int nthr)
+{
+    for (int i = threadIdx.x; i < half; i += nthr) {
+        float theta = (float)p;
+        for (int t = 0; t < i; t++) theta = __fmul_rn(theta, theta_scale);
+        const double a = (double)__fmul_rn(freq_scale, theta);
+        double s, co;
+        sincos(a, &s, &co);
+        cs[i] = (float)co;
+        sn[i] = (float)s;
+    }
+}
+
+/* Rotate pair i of one head in place (ops_rope_neox's rounded products
+ * and sums). */
+__device__ __forceinline__ void rope_pair(float *head, int i, int half, float c, float s)
+{
+    const float x0 = head[i], x1 = head[i + half];
+    head[i]        = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    head[i + half] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
+/* silu(g) * u as ops_swiglu: g / (1 + expf(-g)), then the rounded product
+ * (CUDA's expf is within 2 ulp of glibc's). */
+__device__ __forceinline__ float swiglu1(float g, float u)
+{
+    const float s = g / (1.0f + expf(-g));
+    return __fmul_rn(s, u);
+}
+
+#endif
