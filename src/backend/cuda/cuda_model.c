@@ -265,10 +265,10 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     }
     m->x = carve(c, NULL, sizeof(float) * E);
     m->xn = carve(c, NULL, sizeof(float) * E);
-    /* q and k back to back: one RoPE call rotates both (n_head + n_head_kv heads) */
-    m->q = carve(c, NULL, sizeof(float) * (qd + kvd));
+    /* q, k and v back to back: one matvec can fill all three (qkv_adjacent) */
+    m->q = carve(c, NULL, sizeof(float) * (qd + 2 * kvd));
     m->k = m->q ? m->q + qd : NULL;
-    m->v = carve(c, NULL, sizeof(float) * kvd);
+    m->v = m->q ? m->k + kvd : NULL;
     m->att = carve(c, NULL, sizeof(float) * qd);
     m->xq = carve(c, NULL, xqb);
     m->router = carve(c, NULL, sizeof(float) * (size_t)hp->n_expert);
@@ -395,6 +395,17 @@ static int mv(cuda_model *m, const dmat *w, const float *x, float *y, err *e)
     return mvq(m, w, xq, y, e);
 }
 
+/* wq, wk and wv of one type and row size lie back to back in VRAM (their
+ * carved sizes are multiples of 256 bytes), as do q, k and v: then the
+ * three are one matrix of n_head + 2 n_head_kv heads' rows. */
+static int qkv_adjacent(const cuda_model *m, const dlayer *dl)
+{
+    const dmat *q = &dl->wq, *k = &dl->wk, *v = &dl->wv;
+    return q->type == k->type && q->type == v->type && q->row_bytes == k->row_bytes && q->row_bytes == v->row_bytes &&
+           k->d == q->d + (size_t)q->rows * q->row_bytes && v->d == k->d + (size_t)k->rows * k->row_bytes &&
+           m->k == m->q + q->rows && m->v == m->k + k->rows;
+}
+
 /* w's activations are Q8 blocks (Q8_K, Q8_0 or Q8_1): the fused
  * norm/swiglu quantizers apply */
 static int q8_dot(const dmat *w)
@@ -438,9 +449,14 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, err *e
             TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->attn_norm, E, 1, hp->rms_eps, e));
             TRY(act_in(m, &dl->wq, m->xn, 1, &xq, e));
         }
-        TRY(mvq(m, &dl->wq, xq, m->q, e));
-        TRY(mvq(m, &dl->wk, xq, m->k, e));
-        TRY(mvq(m, &dl->wv, xq, m->v, e));
+        if (qkv_adjacent(m, dl)) {   /* one matrix of q + k + v rows into q, k, v (adjacent too) */
+            TRY(cuda_matvec(cu, dl->wq.type, dl->wq.d, dl->wq.rows + dl->wk.rows + dl->wv.rows, dl->wq.k, xq, m->q,
+                            e));
+        } else {
+            TRY(mvq(m, &dl->wq, xq, m->q, e));
+            TRY(mvq(m, &dl->wk, xq, m->k, e));
+            TRY(mvq(m, &dl->wv, xq, m->v, e));
+        }
     } else {
         TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->attn_norm, E, 1, hp->rms_eps, e));
         TRY(mv(m, &dl->wq, m->xn, m->q, e));
