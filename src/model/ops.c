@@ -202,7 +202,7 @@ void ops_attention_rows(float *out, size_t out_stride, const float *q, size_t q_
 
 void ops_kernels_get(int isa, ops_kernels *out)
 {
-    const int avx2 = isa == CPU_ISA_AVX2;
+    const int avx2 = isa >= CPU_ISA_AVX2;
     out->attention      = avx2 ? ops_avx2_attention : ops_attention;
     out->attention_rows = avx2 ? ops_avx2_attention_rows : ops_attention_rows;
 }

@@ -84,11 +84,12 @@ int quant_ops_get(int type, cpu_isa isa, quant_ops *out, err *e)
     if (!k) return ERR_UNSUPPORTED;
     /* Asking for AVX2 on a CPU without it would end in SIGILL: degrade to the
      * scalar reference instead (same results up to float summation order). */
-    if (isa == CPU_ISA_AVX2) {
+    if (isa >= CPU_ISA_AVX2) {
         const cpu_features f = cpu_detect();
         if (!(f.avx2 && f.fma && f.f16c)) isa = CPU_ISA_SCALAR;
+        else if (isa == CPU_ISA_AVXVNNI && !f.avxvnni) isa = CPU_ISA_AVX2;
     }
-    const int simd = isa == CPU_ISA_AVX2;
+    const int simd = isa >= CPU_ISA_AVX2;
     out->type = (qtype)type;
     out->dot_type = qtype_get(type)->dot_type;
     out->dequant = simd && k->dequant_avx2 ? k->dequant_avx2 : k->dequant;
@@ -97,6 +98,8 @@ int quant_ops_get(int type, cpu_isa isa, quant_ops *out, err *e)
     if (k->act) out->act_quant = simd && k->act_avx2 ? k->act_avx2 : k->act;
     else out->act_quant = out->quant;
     out->gemm = simd ? k_gemm_avx2[type] : NULL;
+    /* AVX-VNNI kernels (bit-identical to the AVX2 ones they replace) */
+    if (isa == CPU_ISA_AVXVNNI && type == QTYPE_Q4_K) out->dot = quant_avxvnni_dot_q4_K;
     return 0;
 }
 

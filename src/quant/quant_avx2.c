@@ -20,7 +20,8 @@
  *     terms per lane (blocks, or n/32 for the float dots).
  * Against llama.cpp: every dot here follows ggml's x86 AVX2 kernel operation
  * for operation, including where GCC fuses ggml's scalar lines with -mfma
- * (noted in place). Checked on 2025 ggml (the libggml-cpu-haswell.so of
+ * (noted in place); Q4_K keeps ggml's float operations and rearranges only
+ * the exact integer work (see its section; AVX-VNNI used when present). Checked on 2025 ggml (the libggml-cpu-haswell.so of
  * node-llama-cpp 3.22.1): all 13 dots returned the same bits on random rows.
  * Kernels do not allocate and keep no state. */
 #include "quant/quant_impl.h"
@@ -542,45 +543,202 @@ float quant_avx2_dot_q3_K(int64_t n, const void *vw, const void *va)
     return hsum_f32_8(acc);
 }
 
+/* ==== Q4_K ====
+ * Per super-block, what the dot computes (the float operations of ggml's
+ * AVX2 kernel, which this one keeps, in block order, with the same operands):
+ *   acc   = fmadd(set1(d), cvt(sumi), acc)        sumi lane k = sum over the
+ *           8 sub-blocks s of sc_s * (q4 . q8 over bytes 4k..4k+3 of s)
+ *   acc_m = fmadd(set1(dmin), cvt(prod), acc_m)    prod_t = m_2t * ps_2t +
+ *           m_2t+1 * ps_2t+1, ps_k = bsums[2k] + bsums[2k+1]  (4 lanes)
+ *   result hsum_f32_8(acc) + hsum_f32_4(acc_m).
+ * The integer work (exact) is arranged for fewer instructions than ggml's:
+ *   - scales and mins unpacked in SIMD from one 16-byte load (q4k_unpack),
+ *     d and dmin converted and scaled together (q4k_dm);
+ *   - the sub-block scales stored once and read back with vpbroadcastd (a
+ *     load, not a shuffle per use);
+ *   - acc_m is kept in the odd lanes of an 8-lane vector (lane 2t+1 is ggml's
+ *     lane t; even lanes are never read), next to -dmin in q4k_dm's odd lanes:
+ *     fmadd(dmin, p, acc) is fnmadd(-dmin, p, acc), the same rounding;
+ *   - with AVX-VNNI (quant_avxvnni_dot_q4_K): madd + add fused into vpdpwssd (the
+ *     same int32 sums, no saturation), and two super-blocks per iteration
+ *     share one 256-bit scale unpack and one mins product (still one float
+ *     FMA per block, in block order). */
+
+/* 16-byte heads (d, dmin, scales[12]) of one block per 128-bit half ->
+ * bytes 0..7: sc0..7, bytes 8..15: m0..7 (k4_unpack's utmp) per half. */
+static inline __m256i q4k_unpack(__m256i head)
+{
+    const __m256i ia = _mm256_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15,
+                                        4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m256i ib = _mm256_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11,
+                                        -1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11);
+    const __m256i mlo = _mm256_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0,
+                                         63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0);
+    const __m256i mnib = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15,
+                                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15);
+    const __m256i a = _mm256_shuffle_epi8(head, ia), b = _mm256_shuffle_epi8(head, ib);
+    const __m256i lo = _mm256_and_si256(a, mlo);
+    const __m256i nib = _mm256_and_si256(_mm256_srli_epi16(a, 4), mnib);
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi16(b, 2), _mm256_set1_epi8(0x30));
+    return _mm256_or_si256(_mm256_or_si256(lo, nib), top);
+}
+
+/* Lanes 2l: d = y.d * h(x.d); lanes 2l+1: y.d * h(x.dmin) = -dmin. */
+static inline __m256 q4k_dm(const block_q4_K *x, const block_q8_K *y)
+{
+    float dd;   /* the fp16 pair d, dmin, moved as 4 bytes (a vbroadcastss load) */
+    memcpy(&dd, &x->d, 4);
+    const __m128i h = _mm_castps_si128(_mm_set1_ps(dd));
+    return _mm256_mul_ps(_mm256_set1_ps(y->d), _mm256_cvtph_ps(h));
+}
+
+/* One block's prod (from a broadcast q4k_unpack) as floats in lanes 2t+1. */
+static inline __m256 q4k_mins1(__m256i sm, const block_q8_K *y)
+{
+    const __m256i mdup = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,   /* m_k x2 */
+                                          12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
+    const __m256i p = _mm256_madd_epi16(_mm256_shuffle_epi8(sm, mdup), _mm256_loadu_si256((const __m256i *)y->bsums));
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(p, _mm256_slli_epi64(p, 32)));
+}
+
+/* sb[s] = sc_s | sc_s << 16 for one block (a broadcast q4k_unpack). */
+static inline void q4k_scales1(__m256i sm, int32_t sb[8])
+{
+    const __m256i sc32 = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
+                                          4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
+    _mm256_store_si256((__m256i *)(void *)sb, _mm256_shuffle_epi8(sm, sc32));
+}
+
+#if defined(__GNUC__)
+#define Q4K_FORGET(b) __asm__("" : "+m"(b))   /* keep the scale reads loads */
+#else
+#define Q4K_FORGET(b) ((void)0)
+#endif
+
+/* sumi of one block; scales s = 0..3 at lo[s], 4..7 at hi[s - 4]. Two
+ * accumulators (even and odd sub-blocks), added at the end: exact. */
+static inline __m256i q4k_sumi_avx2(const uint8_t *q4, const int8_t *q8, const int32_t *lo, const int32_t *hi)
+{
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256i sl = _mm256_setzero_si256(), sh = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < QK_K / 64; j++, q4 += 32, q8 += 64) {
+        const int32_t *sc = j < 2 ? lo + 2 * j : hi + 2 * j - 4;
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
+        const __m256i q4l = _mm256_and_si256(bits, m4);
+        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        const __m256i pl = _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *)q8));
+        const __m256i ph = _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+        sl = _mm256_add_epi32(sl, _mm256_madd_epi16(_mm256_set1_epi32(sc[0]), pl));
+        sh = _mm256_add_epi32(sh, _mm256_madd_epi16(_mm256_set1_epi32(sc[1]), ph));
+    }
+    return _mm256_add_epi32(sl, sh);
+}
+
+/* One super-block: acc and acc_m updated with block xb, yb. */
+#define Q4K_BLOCK1(SUMI, xb, yb)                                                                                 \
+    do {                                                                                                         \
+        const __m256 dm_ = q4k_dm(xb, yb);                                                                       \
+        const __m256i sm_ = q4k_unpack(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(xb)))); \
+        q4k_scales1(sm_, sb);                                                                                    \
+        Q4K_FORGET(sb);                                                                                          \
+        acc_m = _mm256_fnmadd_ps(dm_, q4k_mins1(sm_, yb), acc_m);                                                \
+        acc = _mm256_fmadd_ps(_mm256_moveldup_ps(dm_), _mm256_cvtepi32_ps(SUMI((xb)->qs, (yb)->qs, sb, sb + 4)), acc); \
+    } while (0)
+
+/* hsum_f32_8(acc) + hsum_f32_4(ggml's acc_m = odd lanes of acc_m). */
+static inline float q4k_result(__m256 acc, __m256 acc_m)
+{
+    const __m128 lo = _mm256_castps256_ps128(acc_m), hi = _mm256_extractf128_ps(acc_m, 1);
+    return hsum_f32_8(acc) + hsum_f32_4(_mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 float quant_avx2_dot_q4_K(int64_t n, const void *vw, const void *va)
 {
     const block_q4_K *x = vw;
     const block_q8_K *y = va;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = y[i].d * h2f(x[i].d);
-        const float dmin = -y[i].d * h2f(x[i].dmin);
-        uint32_t utmp[4];
-        k4_unpack(x[i].scales, utmp);
-        const __m256i mins_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
-        /* mins: bsums pairs are the sums of each 32-value sub-block */
-        const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
-        const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
-        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), q8s);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-        const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
-        const __m256i scales = _mm256_setr_m128i(sc128, sc128);
-        const uint8_t *q4 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < QK_K / 64; j++, q4 += 32, q8 += 64) {
-            const __m256i scale_l = _mm256_shuffle_epi8(scales, shuffle_k4(2 * j));
-            const __m256i scale_h = _mm256_shuffle_epi8(scales, shuffle_k4(2 * j + 1));
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
-            const __m256i q4l = _mm256_and_si256(bits, m4);
-            const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            __m256i pl = _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *)q8));
-            __m256i ph = _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            pl = _mm256_madd_epi16(scale_l, pl);
-            ph = _mm256_madd_epi16(scale_h, ph);
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return hsum_f32_8(acc) + hsum_f32_4(acc_m);
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    _Alignas(32) int32_t sb[8];
+    for (int64_t i = 0; i < n / QK_K; i++) Q4K_BLOCK1(q4k_sumi_avx2, x + i, y + i);
+    return q4k_result(acc, acc_m);
 }
+
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11))
+#define Q4K_HAVE_AVXVNNI 1
+#define Q4K_TARGET_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+/* q4k_sumi_avx2 with madd + add as one vpdpwssd. */
+Q4K_TARGET_VNNI static inline __m256i q4k_sumi_vnni(const uint8_t *q4, const int8_t *q8, const int32_t *lo,
+                                                    const int32_t *hi)
+{
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256i sl = _mm256_setzero_si256(), sh = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < QK_K / 64; j++, q4 += 32, q8 += 64) {
+        const int32_t *sc = j < 2 ? lo + 2 * j : hi + 2 * j - 4;
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
+        const __m256i q4l = _mm256_and_si256(bits, m4);
+        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        const __m256i pl = _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *)q8));
+        const __m256i ph = _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+        sl = _mm256_dpwssd_avx_epi32(sl, _mm256_set1_epi32(sc[0]), pl);
+        sh = _mm256_dpwssd_avx_epi32(sh, _mm256_set1_epi32(sc[1]), ph);
+    }
+    return _mm256_add_epi32(sl, sh);
+}
+
+/* Two super-blocks per iteration: heads of blocks i and i+1 in the two
+ * 128-bit halves of one q4k_unpack; their scales stored as sa (s = 0..3)
+ * and sb (s = 4..7), block i in dwords 0..3, i+1 in 4..7; their prods from
+ * one madd of [m(i) 0..3, m(i+1) 0..3 | m(i) 4..7, m(i+1) 4..7] with the
+ * pair sums of both blocks' bsums (hadd: the same order), giving
+ * [i t0 t1, i+1 t0 t1 | i t2 t3, i+1 t2 t3], each moved to lanes 2t+1. */
+Q4K_TARGET_VNNI float quant_avxvnni_dot_q4_K(int64_t n, const void *vw, const void *va)
+{
+    const block_q4_K *x = vw;
+    const block_q8_K *y = va;
+    const int64_t nb = n / QK_K;
+    const __m256i sclo = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
+                                          0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1);
+    const __m256i schi = _mm256_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,
+                                          4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
+    const __m256i mins16 = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1,
+                                            0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1);
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    _Alignas(32) int32_t sa[8], sb[8];
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+        const block_q4_K *x0 = x + i, *x1 = x + i + 1;
+        const block_q8_K *y0 = y + i, *y1 = y + i + 1;
+        const __m256 dm0 = q4k_dm(x0, y0), dm1 = q4k_dm(x1, y1);
+        const __m256i head = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)x0)),
+                                                     _mm_loadu_si128((const __m128i *)(const void *)x1), 1);
+        const __m256i sm = q4k_unpack(head);
+        _mm256_store_si256((__m256i *)(void *)sa, _mm256_shuffle_epi8(sm, sclo));
+        _mm256_store_si256((__m256i *)(void *)sb, _mm256_shuffle_epi8(sm, schi));
+        Q4K_FORGET(sa);
+        Q4K_FORGET(sb);
+        const __m256i m = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sm, _mm256_setr_epi32(2, 6, 2, 6, 3, 7, 3, 7)), mins16);
+        const __m256i q8s = _mm256_hadd_epi16(_mm256_loadu_si256((const __m256i *)y0->bsums),
+                                              _mm256_loadu_si256((const __m256i *)y1->bsums));
+        const __m256 prod = _mm256_cvtepi32_ps(_mm256_madd_epi16(m, q8s));
+        const __m256i s0 = q4k_sumi_vnni(x0->qs, y0->qs, sa, sb), s1 = q4k_sumi_vnni(x1->qs, y1->qs, sa + 4, sb + 4);
+        acc_m = _mm256_fnmadd_ps(dm0, _mm256_permute_ps(prod, _MM_SHUFFLE(1, 1, 0, 0)), acc_m);
+        acc = _mm256_fmadd_ps(_mm256_moveldup_ps(dm0), _mm256_cvtepi32_ps(s0), acc);
+        acc_m = _mm256_fnmadd_ps(dm1, _mm256_permute_ps(prod, _MM_SHUFFLE(3, 3, 2, 2)), acc_m);
+        acc = _mm256_fmadd_ps(_mm256_moveldup_ps(dm1), _mm256_cvtepi32_ps(s1), acc);
+    }
+    if (i < nb) Q4K_BLOCK1(q4k_sumi_vnni, x + i, y + i);
+    return q4k_result(acc, acc_m);
+}
+
+#endif
+
+#ifndef Q4K_HAVE_AVXVNNI
+/* A compiler without -mavxvnni support: the AVX-VNNI entry runs the plain
+ * AVX2 kernel (the same results). */
+float quant_avxvnni_dot_q4_K(int64_t n, const void *vw, const void *va) { return quant_avx2_dot_q4_K(n, vw, va); }
+#endif
 
 float quant_avx2_dot_q5_K(int64_t n, const void *vw, const void *va)
 {

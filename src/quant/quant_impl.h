@@ -192,6 +192,9 @@ float quant_avx2_dot_q8_0(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q2_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q3_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q4_K(int64_t n, const void *w, const void *a);
+/* The same dot with AVX-VNNI (vpdpwssd), bit-identical; only for
+ * CPU_ISA_AVXVNNI (quant_ops_get checks the CPU). */
+float quant_avxvnni_dot_q4_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q5_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q6_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q8_K(int64_t n, const void *w, const void *a);

@@ -34,6 +34,8 @@ cpu_features cpu_detect(void)
         __cpuid_count(7, 0, a, b, c, d);
         f.avx2 = ymm_ok && ((b >> 5) & 1);
         f.avx512f = zmm_ok && ((b >> 16) & 1);
+        __cpuid_count(7, 1, a, b, c, d);
+        f.avxvnni = ymm_ok && ((a >> 4) & 1);
     }
     if (!ymm_ok) f.fma = f.f16c = 0;
 #endif
@@ -45,13 +47,14 @@ cpu_isa cpu_best_isa(void)
     const char *env = getenv("STRATA_ISA");
     if (env && strcmp(env, "scalar") == 0) return CPU_ISA_SCALAR;
     cpu_features f = cpu_detect();
-    if (f.avx2 && f.fma && f.f16c) return CPU_ISA_AVX2;
-    return CPU_ISA_SCALAR;
+    if (!(f.avx2 && f.fma && f.f16c)) return CPU_ISA_SCALAR;
+    if (f.avxvnni && !(env && strcmp(env, "avx2") == 0)) return CPU_ISA_AVXVNNI;
+    return CPU_ISA_AVX2;
 }
 
 const char *cpu_isa_name(cpu_isa isa)
 {
-    return isa == CPU_ISA_AVX2 ? "avx2" : "scalar";
+    return isa == CPU_ISA_AVXVNNI ? "avxvnni" : isa == CPU_ISA_AVX2 ? "avx2" : "scalar";
 }
 
 int cpu_count(void)
