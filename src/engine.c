@@ -324,6 +324,10 @@ int engine_open(engine **out, const engine_opts *o, err *e)
     eng->mem.total = eng->mem.weights + eng->mem.arena + eng->mem.kv + eng->mem.scratch;
     eng->env.model.xs = eng->xs;
     eng->env.store = eng->store;
+    if (o->gpu_arena_bytes && !o->backend) {
+        rc = err_setf(e, ERR_USAGE, "--gpu-arena sizes the GPU's expert arena: it needs --gpu (build/cuda/strata)");
+        goto fail;
+    }
     if (o->backend) {
         if (o->stream) {
             rc = err_setf(e, ERR_USAGE, "the %s backend holds every weight on the device: expert streaming "
@@ -340,7 +344,7 @@ int engine_open(engine **out, const engine_opts *o, err *e)
             rc = err_setf(e, ERR_USAGE, "the %s backend needs one KV cache type for K and V", o->backend->name);
             goto fail;
         }
-        STEP(o->backend->open(&eng->bm, &eng->hp, eng->w, n_ctx, eng->env.k_f16, &sub));
+        STEP(o->backend->open(&eng->bm, &eng->hp, eng->w, n_ctx, eng->env.k_f16, o->gpu_arena_bytes, &sub));
         eng->be = o->backend;
         eng->be->describe(eng->bm, eng->be_desc, sizeof eng->be_desc);
         eng->env.be = eng->be;

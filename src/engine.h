@@ -84,6 +84,8 @@ typedef struct engine_opts {
     const struct backend_iface *backend;
     int gpu_layers;   /* llama.cpp's -ngl as given (0: not given): the backend
                          takes every layer, so 1..n_layer-1 is ERR_USAGE */
+    uint64_t gpu_arena_bytes;   /* --gpu-arena: device bytes for the routed experts
+                                   (0: all resident); needs a backend (ERR_USAGE) */
 } engine_opts;
 
 #define ENGINE_CTX_TRAIN (-1)

@@ -115,6 +115,10 @@ int cli_stream_flag(const char *cmd, int argc, char **argv, int *i, engine_opts 
     else if (IS("--gpu")) {   /* every layer on the GPU (build/cuda/strata) */
         if (!(o->backend = cli_gpu_backend()))
             BAD("--gpu: this strata was built without a GPU backend; `make cuda` builds build/cuda/strata");
+    } else if (IS("--gpu-arena")) {   /* VRAM for the routed experts (build/cuda/strata --gpu) */
+        VALUE();
+        if (cli_parse_size(v, &o->gpu_arena_bytes) || !o->gpu_arena_bytes)
+            BAD("--gpu-arena needs a size above 0 (K/M/G suffixes), got '%s'", v);
     } else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers")) {   /* llama.cpp's spelling */
         INT(0, 1 << 20, n);
         if (n == 0) o->backend = NULL;
@@ -142,6 +146,8 @@ int cli_stream_check(const char *cmd, const engine_opts *o)
     if (o->backend && o->stream)
         return cli_fail(cmd, CLI_USAGE, "--gpu holds every weight on the GPU: expert streaming (--arena) "
                         "with the GPU is not supported yet");
+    if (o->gpu_arena_bytes && !o->backend)
+        return cli_fail(cmd, CLI_USAGE, "--gpu-arena sizes the GPU's expert arena: it needs --gpu (build/cuda/strata)");
     if (!o->stream && (o->evict || o->io_mode || o->io_threads || o->io_depth || o->read_ahead ||
                        o->read_ahead_from || o->no_direct || o->no_sidecar || o->sidecar_path || o->profile_path))
         return cli_fail(cmd, CLI_USAGE, "the expert streaming options need --arena SIZE|auto|0");

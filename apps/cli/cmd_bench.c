@@ -140,6 +140,7 @@ static void usage(FILE *f)
         "  --evict lru|lfu  --io auto|uring|pread  --io-threads N  --io-depth N\n"
         "  --read-ahead N  --read-ahead-from attn|input  --no-direct\n"
         "  --sidecar FILE  --no-sidecar  --profile FILE\n"
+        "  --gpu, -ngl N  --gpu-arena SIZE\n"
         "                            as for strata run (see strata run --help)\n"
         "\n"
         "Columns: model size params backend threads n_batch arena test t/s (mean ± stddev),\n"

@@ -110,6 +110,11 @@ fi
 # (build/cuda/strata) --gpu with --arena is a usage error either way
 exits 2 "--gpu with --arena" $STRATA run -m "$M" -p hi -n 1 --arena 1M --gpu
 exits 2 "bad -ngl" $STRATA run -m "$M" -p hi -ngl x
+# --gpu-arena: a size above 0, and only with a GPU backend
+exits 2 "--gpu-arena 0" $STRATA run -m "$M" -p hi -n 1 --gpu-arena 0
+check "--gpu-arena 0 names the flag" has "$tmp/err" "--gpu-arena needs a size above 0"
+exits 2 "--gpu-arena without --gpu" $STRATA run -m "$M" -p hi -n 1 --gpu-arena 64M
+check "--gpu-arena without --gpu says it needs --gpu" has "$tmp/err" "it needs --gpu"
 exits 2 "bad --temp" $STRATA run -m "$M" -p hi --temp x
 exits 2 "missing value" $STRATA run -m "$M" -p
 exits 2 "no model" $STRATA run -p hi

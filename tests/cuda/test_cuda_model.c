@@ -340,6 +340,54 @@ static void check_model(const model_spec *ms)
     CHECK_MSG(memcmp(lg, lg2, sizeof(float) * (size_t)V) == 0, "%s: logits of a 10 + 6 re-eval differ from the "
               "first eval (NMSE %.3g)", ms->name, nmse(lg2, lg, (size_t)V));
 
+    /* the VRAM expert arena: the same model with room for fewer experts
+     * than it has (misses copied from the host mapping): logits and greedy
+     * ids bit-identical to all-resident, the counters add up */
+    {
+        const layer_weights *lw = &c.w->layers[0];
+        const size_t slot = ((lw->gate_exps.row_bytes * (size_t)lw->gate_exps.ne[1] + 255) & ~(size_t)255) +
+                            ((lw->up_exps.row_bytes * (size_t)lw->up_exps.ne[1] + 255) & ~(size_t)255) +
+                            ((lw->down_exps.row_bytes * (size_t)lw->down_exps.ne[1] + 255) & ~(size_t)255);
+        const int n_slots = hp->n_expert_used * L + hp->n_expert_used;   /* a row's experts and a few more */
+        cuda_model *ga = NULL;
+        cuda_model_opts ao = { .device = 0, .n_ctx = N_CTX, .kv_f16 = 1, .arena_bytes = slot * (size_t)n_slots };
+        CHECK_MSG(cuda_model_open(&ga, hp, c.w, &ao, &e) == 0, "%s: arena open: %s", ms->name, e.msg);
+        enum { NA = 16 };
+        int32_t ra[NA], rr[NA];
+        float *la = xmalloc(sizeof(float) * (size_t)V);
+        if (ga) {
+            CHECK_MSG(cuda_model_eval(ga, ids, N_PROMPT, 0, la, &e) == 0, "%s: arena eval: %s", ms->name, e.msg);
+            CHECK_MSG(memcmp(la, lg, sizeof(float) * (size_t)V) == 0,
+                      "%s: arena logits differ from all-resident (NMSE %.3g)", ms->name, nmse(la, lg, (size_t)V));
+            const int32_t first = argmax2(lg, V, NULL);
+            CHECK(cuda_model_greedy(ga, first, N_PROMPT, NA, ra, &e) == 0);
+            CHECK(cuda_model_greedy(g, first, N_PROMPT, NA, rr, &e) == 0);
+            CHECK_MSG(memcmp(ra, rr, sizeof ra) == 0, "%s: arena greedy ids differ from all-resident", ms->name);
+            cuda_arena_stats st;
+            cuda_model_arena_stats(ga, &st);
+            /* prompt rows but the last skip the last layer's MoE (it feeds only logits) */
+            const uint64_t lookups = ((uint64_t)(N_PROMPT - 1) * (uint64_t)(L - 1) + (uint64_t)(1 + NA) * L) *
+                                     (uint64_t)K;
+            CHECK_MSG(st.n_slots == n_slots && st.hits + st.misses == lookups && st.misses > 0 && st.hits > 0 &&
+                      st.bytes_h2d == st.misses * (uint64_t)(lw->gate_exps.row_bytes * lw->gate_exps.ne[1] +
+                                                             lw->up_exps.row_bytes * lw->up_exps.ne[1] +
+                                                             lw->down_exps.row_bytes * lw->down_exps.ne[1]),
+                      "%s: arena counters: %d slots, %llu hits + %llu misses (want %llu lookups), %llu bytes",
+                      ms->name, st.n_slots, (unsigned long long)st.hits, (unsigned long long)st.misses,
+                      (unsigned long long)lookups, (unsigned long long)st.bytes_h2d);
+            printf("    arena of %d of %d experts: logits and %d greedy ids bit-identical to all-resident; "
+                   "%llu hits, %llu misses, %.1f MB copied\n", n_slots, L * hp->n_expert, NA,
+                   (unsigned long long)st.hits, (unsigned long long)st.misses, st.bytes_h2d / 1e6);
+        }
+        cuda_model_close(ga);
+        free(la);
+        /* an arena smaller than one layer's experts is a usage error */
+        ao.arena_bytes = slot * (size_t)(hp->n_expert_used - 1);
+        ga = NULL;
+        CHECK_EQ_INT(cuda_model_open(&ga, hp, c.w, &ao, NULL), ERR_USAGE);
+        cuda_model_close(ga);
+    }
+
 done:
     free(lc); free(lg); free(lg2); free(yg);
     cuda_model_close(g);
@@ -529,6 +577,58 @@ static int bench(const char *path)
            hp->n_layer, experts / 1e6, gbs);
     printf("bench: measured read bandwidth %.0f GB/s (read probe, 4 GiB, best of 5): fraction %.3f\n", best,
            best > 0 ? gbs / best : 0.0);
+
+    /* the VRAM expert arena at a quarter and half of the expert bytes:
+     * decode with misses copied from the host mapping (pageable memory,
+     * one synchronous copy per expert matrix), against the host-to-device
+     * bandwidth of a pageable 1 GiB copy measured here */
+    {
+        const size_t hb = (size_t)1 << 30;
+        uint8_t *host = malloc(hb);
+        double h2d = 0;
+        cuda_ctx *cx = NULL;
+        void *dbuf = NULL;
+        if (host && !cuda_open(&cx, 0, &e) && !cuda_alloc(cx, &dbuf, hb, &e)) {
+            memset(host, 1, hb);
+            for (int i = 0; i < 3; i++) {
+                const double t1 = timer_ms();
+                if (cuda_upload(cx, dbuf, host, hb, &e)) break;
+                const double bw = hb / ((timer_ms() - t1) / 1e3) / 1e9;
+                if (bw > h2d) h2d = bw;
+            }
+        }
+        if (cx) { cuda_free(cx, dbuf); cuda_close(cx); }
+        free(host);
+        printf("bench: host-to-device copy from pageable memory: %.1f GB/s (1 GiB, best of 3)\n", h2d);
+        const layer_weights *lw = &w->layers[0];
+        const double one = (double)(tbytes(&lw->gate_exps) + tbytes(&lw->up_exps) + tbytes(&lw->down_exps));
+        /* ^ one expert of one layer (tbytes: one matrix of the stack) */
+        const double total = one * hp->n_expert * hp->n_layer;
+        for (int q = 1; q <= 2; q++) {
+            const double frac = q == 1 ? 0.25 : 0.5;
+            cuda_model *ga = NULL;
+            cuda_model_opts ao = { .device = 0, .n_ctx = n_ctx, .kv_f16 = 1,
+                                   .arena_bytes = (uint64_t)(frac * total) };
+            if (cuda_model_open(&ga, hp, w, &ao, &e)) { fprintf(stderr, "bench: arena: %s\n", e.msg); break; }
+            const int na = 32;
+            int32_t ids2[64];
+            int rc2 = cuda_model_eval(ga, &first, 1, 0, lg, &e);
+            if (!rc2) rc2 = cuda_model_greedy(ga, argmax2(lg, hp->n_vocab, NULL), 1, 8, ids2, &e);   /* warm */
+            cuda_arena_stats s0, s1;
+            cuda_model_arena_stats(ga, &s0);
+            const double t1 = timer_ms();
+            if (!rc2) rc2 = cuda_model_greedy(ga, ids2[7], 9, na, ids2, &e);
+            const double sa = (timer_ms() - t1) / 1e3;
+            cuda_model_arena_stats(ga, &s1);
+            if (rc2) { fprintf(stderr, "bench: arena: %s\n", e.msg); cuda_model_close(ga); break; }
+            const double mb_tok = (double)(s1.bytes_h2d - s0.bytes_h2d) / na / 1e6;
+            const double hit = (double)(s1.hits - s0.hits) / (double)(s1.hits - s0.hits + s1.misses - s0.misses);
+            printf("bench: GPU arena %.0f%% of expert bytes (%d slots): %.1f tok/s, hit rate %.3f, %.1f MB "
+                   "copied a token -> %.1f GB/s host-to-device = %.2f of the pageable copy\n", 100 * frac,
+                   s1.n_slots, na / sa, hit, mb_tok, mb_tok * na / sa / 1e3, h2d > 0 ? mb_tok * na / sa / 1e3 / h2d : 0);
+            cuda_model_close(ga);
+        }
+    }
     cpu_close(&c);
     free(out);
     free(lg);

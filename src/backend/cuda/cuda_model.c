@@ -113,6 +113,19 @@ struct cuda_model {
     cuda_graph *graph;       /* one greedy step, NULL until the first greedy */
     cuda_graph *graph_row;   /* one prompt row without logits, then step_next */
     cuda_graph *graph_head;  /* one row with logits */
+    /* the VRAM expert arena (opts.arena_bytes > 0); the layers' expert
+     * dmats then point at the slot arrays, stride one slot */
+    int       arena;
+    const weights *w;        /* borrowed: the host copies misses come from */
+    uint8_t  *apool;         /* device: gate, up and down slot arrays */
+    uint64_t  abytes;
+    size_t   *xbytes;        /* (n_layer, 3) one expert's gate, up, down bytes (host strides) */
+    int32_t  *slot_of;       /* host (n_layer * n_expert): slot or -1 */
+    int32_t  *slot_key;      /* host (n_slots): layer * n_expert + expert, or -1 */
+    uint64_t *slot_used;     /* host (n_slots): tick of the last use */
+    uint64_t  tick;
+    int32_t  *slot_ids;      /* device (n_expert_used): this layer's experts' slots */
+    cuda_arena_stats ast;
 };
 
 /* ==== Open: carve, upload ==== */
@@ -231,10 +244,114 @@ static void walk_weights(cuda_model *m, const void *ctx, carver *c)
         dl->wv.d = carve(c, lw->wv.data, dmat_bytes(&lw->wv, 0));
         dl->wo.d = carve(c, lw->wo.data, dmat_bytes(&lw->wo, 0));
         dl->gate_inp.d = carve(c, lw->gate_inp.data, dmat_bytes(&lw->gate_inp, 0));
+        if (m->arena) continue;   /* the experts live in the arena's slots */
         dl->gate_exps.d = carve(c, lw->gate_exps.data, dmat_bytes(&lw->gate_exps, 1));
         dl->up_exps.d = carve(c, lw->up_exps.data, dmat_bytes(&lw->up_exps, 1));
         dl->down_exps.d = carve(c, lw->down_exps.data, dmat_bytes(&lw->down_exps, 1));
     }
+}
+
+/* The arena: n_slots slots of each of gate, up, down (slot stride = the
+ * layers' dmat stride, set at open); every layer's expert dmats point at
+ * the same arrays. */
+static void walk_arena(cuda_model *m, const void *ctx, carver *c)
+{
+    (void)ctx;
+    const dlayer *d0 = &m->layers[0];
+    uint8_t *g = carve(c, NULL, d0->gate_exps.stride * (size_t)m->ast.n_slots);
+    uint8_t *u = carve(c, NULL, d0->up_exps.stride * (size_t)m->ast.n_slots);
+    uint8_t *dn = carve(c, NULL, d0->down_exps.stride * (size_t)m->ast.n_slots);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        m->layers[l].gate_exps.d = g;
+        m->layers[l].up_exps.d = u;
+        m->layers[l].down_exps.d = dn;
+    }
+}
+
+/* Arena mode at open: a slot holds one expert's gate, up and down of any
+ * layer (layers may differ in type: each kind's slot stride is the largest
+ * over the layers, 256-byte aligned); the slot count from the bytes; the
+ * host maps. */
+static int arena_setup(cuda_model *m, const cuda_model_opts *o, err *e)
+{
+    const hparams *hp = &m->hp;
+    size_t st[3] = { 0, 0, 0 };
+    m->xbytes = malloc(sizeof(size_t) * 3 * (size_t)hp->n_layer);
+    if (!m->xbytes) return err_setf(e, ERR_NOMEM, "cuda_model: out of memory");
+    for (int l = 0; l < hp->n_layer; l++) {
+        const dlayer *dl = &m->layers[l];
+        const size_t b[3] = { dl->gate_exps.stride, dl->up_exps.stride, dl->down_exps.stride };
+        for (int k = 0; k < 3; k++) {
+            m->xbytes[3 * l + k] = b[k];
+            if (align256(b[k]) > st[k]) st[k] = align256(b[k]);
+        }
+    }
+    const size_t slot = st[0] + st[1] + st[2];
+    const int64_t all = (int64_t)hp->n_layer * hp->n_expert;
+    int64_t n = (int64_t)(o->arena_bytes / slot);
+    if (n < hp->n_expert_used)
+        return err_setf(e, ERR_USAGE, "cuda_model: a GPU arena of %llu bytes holds %lld experts of %zu bytes; a "
+                        "layer routes %d at once, so at least %llu bytes", (unsigned long long)o->arena_bytes,
+                        (long long)n, slot, hp->n_expert_used, (unsigned long long)slot * hp->n_expert_used);
+    if (n > all) n = all;
+    m->ast.n_slots = (int)n;
+    for (int l = 0; l < hp->n_layer; l++) {
+        m->layers[l].gate_exps.stride = st[0];
+        m->layers[l].up_exps.stride = st[1];
+        m->layers[l].down_exps.stride = st[2];
+    }
+    m->slot_of = malloc(sizeof(int32_t) * (size_t)all);
+    m->slot_key = malloc(sizeof(int32_t) * (size_t)n);
+    m->slot_used = calloc((size_t)n, sizeof(uint64_t));
+    if (!m->slot_of || !m->slot_key || !m->slot_used) return err_setf(e, ERR_NOMEM, "cuda_model: out of memory");
+    for (int64_t i = 0; i < all; i++) m->slot_of[i] = -1;
+    for (int64_t i = 0; i < n; i++) m->slot_key[i] = -1;
+    m->arena = 1;
+    m->use_graph = 0;
+    return 0;
+}
+
+/* Layer l's routed experts (m->sel, on the device) into arena slots: the
+ * ids come to the host; a hit refreshes its slot, a miss takes the least
+ * recently used slot not used by this layer's row and copies the expert's
+ * gate, up and down there from the host mapping; the slots go to
+ * m->slot_ids for the expert matvecs. */
+static int arena_resolve(cuda_model *m, int l, err *e)
+{
+    const int K = m->hp.n_expert_used, NE = m->hp.n_expert;
+    int32_t sel[32], slots[32];
+    TRY(cuda_download(m->cu, sel, m->sel, sizeof(int32_t) * (size_t)K, e));
+    const uint64_t now = ++m->tick;
+    const layer_weights *lw = &m->w->layers[l];
+    const uint8_t *src[3] = { lw->gate_exps.data, lw->up_exps.data, lw->down_exps.data };
+    dlayer *dl = &m->layers[l];
+    uint8_t *dst[3] = { (uint8_t *)dl->gate_exps.d, (uint8_t *)dl->up_exps.d, (uint8_t *)dl->down_exps.d };
+    const size_t sstride[3] = { dl->gate_exps.stride, dl->up_exps.stride, dl->down_exps.stride };
+    for (int t = 0; t < K; t++) {
+        if (sel[t] < 0 || sel[t] >= NE)
+            return err_setf(e, ERR_INTERNAL, "cuda_model: layer %d routed expert id %d (n_expert %d)", l,
+                            (int)sel[t], NE);
+        const int32_t key = l * NE + sel[t];
+        int s = m->slot_of[key];
+        if (s >= 0) {
+            m->ast.hits++;
+        } else {
+            s = -1;
+            for (int i = 0; i < m->ast.n_slots; i++)
+                if (m->slot_used[i] != now && (s < 0 || m->slot_used[i] < m->slot_used[s])) s = i;
+            if (m->slot_key[s] >= 0) m->slot_of[m->slot_key[s]] = -1;
+            const size_t *xb = m->xbytes + 3 * (size_t)l;
+            for (int k = 0; k < 3; k++)
+                TRY(cuda_upload(m->cu, dst[k] + (size_t)s * sstride[k], src[k] + (size_t)sel[t] * xb[k], xb[k], e));
+            m->slot_key[s] = key;
+            m->slot_of[key] = s;
+            m->ast.misses++;
+            m->ast.bytes_h2d += xb[0] + xb[1] + xb[2];
+        }
+        m->slot_used[s] = now;
+        slots[t] = s;
+    }
+    return cuda_upload(m->cu, m->slot_ids, slots, sizeof(int32_t) * (size_t)K, e);
 }
 
 static void walk_kv(cuda_model *m, const void *ctx, carver *c)
@@ -274,6 +391,7 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     m->router = carve(c, NULL, sizeof(float) * (size_t)hp->n_expert);
     m->sel = carve(c, NULL, sizeof(int32_t) * K);
     m->selw = carve(c, NULL, sizeof(float) * K);
+    m->slot_ids = carve(c, NULL, sizeof(int32_t) * K);
     m->g = carve(c, NULL, sizeof(float) * K * F);
     m->u = carve(c, NULL, sizeof(float) * K * F);
     m->eout = carve(c, NULL, sizeof(float) * K * E);
@@ -329,8 +447,13 @@ int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const
     m->tok_embd.rows = w->tok_embd.ne[1];
     m->tok_embd.row_bytes = (size_t)w->tok_embd.row_bytes;
 
+    if (o->arena_bytes) {
+        m->w = w;
+        if ((rc = arena_setup(m, o, e))) goto fail;
+    }
     if ((rc = cuda_open(&m->cu, o->device, e))) goto fail;
     if ((rc = carve_pool(m, walk_weights, w, "the weights", &m->wpool, &m->wbytes, e))) goto fail;
+    if (m->arena && (rc = carve_pool(m, walk_arena, NULL, "the expert arena", &m->apool, &m->abytes, e))) goto fail;
     if ((rc = carve_pool(m, walk_kv, NULL, "the KV cache", &m->kvpool, &m->kvbytes, e))) goto fail;
     if ((rc = carve_pool(m, walk_scratch, NULL, "the scratch", &m->spool, &m->sbytes, e))) goto fail;
     pos = malloc(sizeof(int32_t) * (size_t)m->n_ctx);
@@ -359,13 +482,20 @@ void cuda_model_close(cuda_model *m)
         cuda_free(m->cu, m->spool);
         cuda_free(m->cu, m->kvpool);
         cuda_free(m->cu, m->wpool);
+        cuda_free(m->cu, m->apool);
         cuda_close(m->cu);
     }
+    free(m->xbytes);
+    free(m->slot_of);
+    free(m->slot_key);
+    free(m->slot_used);
     free(m->layers);
     free(m);
 }
 
-uint64_t cuda_model_vram_bytes(const cuda_model *m) { return m ? m->wbytes + m->kvbytes + m->sbytes : 0; }
+uint64_t cuda_model_vram_bytes(const cuda_model *m) { return m ? m->wbytes + m->abytes + m->kvbytes + m->sbytes : 0; }
+
+void cuda_model_arena_stats(const cuda_model *m, cuda_arena_stats *out) { *out = m->ast; }
 
 const char *cuda_model_device_name(const cuda_model *m) { return m && m->cu ? cuda_device_name(m->cu) : "none"; }
 
@@ -425,7 +555,8 @@ static int mv_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_str
                       err *e)
 {
     cuda_matvec_args a = {
-        .wtype = w->type, .w = w->d, .w_stride = w->stride, .ids = m->sel, .rows = w->rows, .k = w->k,
+        .wtype = w->type, .w = w->d, .w_stride = w->stride, .ids = m->arena ? m->slot_ids : m->sel,
+        .rows = w->rows, .k = w->k,
         .n_batch = m->hp.n_expert_used, .xq = xq, .x_stride = x_stride, .y = y, .y_stride = y_stride,
     };
     return cuda_matvec_batch(m->cu, &a, e);
@@ -500,6 +631,7 @@ static int layer_moe(cuda_model *m, int l, err *e)
     else TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
     TRY(mv(m, &dl->gate_inp, m->xn, m->router, e));
     TRY(cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
+    if (m->arena) TRY(arena_resolve(m, l, e));
     /* gate and up share the input row (x_stride 0); one launch when they
      * are stacks of one type and layout */
     if (fused) xq = m->xq;
@@ -507,7 +639,8 @@ static int layer_moe(cuda_model *m, int l, err *e)
     if (dl->up_exps.type == dl->gate_exps.type && dl->up_exps.stride == dl->gate_exps.stride &&
         dl->up_exps.rows == dl->gate_exps.rows) {
         cuda_matvec_args a = {
-            .wtype = dl->gate_exps.type, .w = dl->gate_exps.d, .w_stride = dl->gate_exps.stride, .ids = m->sel,
+            .wtype = dl->gate_exps.type, .w = dl->gate_exps.d, .w_stride = dl->gate_exps.stride,
+            .ids = m->arena ? m->slot_ids : m->sel,
             .rows = F, .k = E, .n_batch = K, .xq = xq, .y = m->g, .y_stride = (size_t)F,
             .w2 = dl->up_exps.d, .y2 = m->u,
         };
@@ -641,7 +774,7 @@ int cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32
     return cuda_download(m->cu, out_ids, m->tok + pos0 + 1, sizeof(int32_t) * (size_t)n_steps, e);
 }
 
-void cuda_model_set_graph(cuda_model *m, int on) { m->use_graph = on != 0; }
+void cuda_model_set_graph(cuda_model *m, int on) { m->use_graph = on != 0 && !m->arena; }
 
 void cuda_model_set_record(cuda_model *m, int on) { m->record = on != 0; }
 

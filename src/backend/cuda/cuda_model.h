@@ -36,7 +36,22 @@ typedef struct cuda_model_opts {
     int device;     /* CUDA ordinal, 0 = first */
     int n_ctx;      /* KV cache positions (>= 1) */
     int kv_f16;     /* 1: K/V cache in f16 (the CPU engine's default), 0: f32 */
+    /* 0: every expert resident in VRAM. > 0: the VRAM expert arena: the
+     * routed experts live in slots of one (gate, up, down) each, this many
+     * bytes in all (at least n_expert_used slots), shared by all layers
+     * and replaced least recently used; a miss is copied from the host
+     * mapping of `w`, which must then outlive the model. Each layer's
+     * expert ids go to the host (one synchronous download a layer), so
+     * rows run the plain path, not graphs. */
+    uint64_t arena_bytes;
 } cuda_model_opts;
+
+/* Counters of the VRAM expert arena since open (zeros without one). */
+typedef struct cuda_arena_stats {
+    int      n_slots;       /* experts the arena holds */
+    uint64_t hits, misses;  /* expert lookups (one per routed expert per layer per row) */
+    uint64_t bytes_h2d;     /* expert bytes copied host -> device */
+} cuda_arena_stats;
 
 /* Open the GPU, upload every tensor of `w` (which must be WEIGHTS_MAP_ALL:
  * the expert tensors are read from its mapping), allocate the KV cache and
@@ -87,6 +102,8 @@ int  cuda_model_layer_outputs(cuda_model *m, float *out, err *e);
 /* The experts each layer chose for that row: out[l * n_expert_used + t],
  * in the router's order (same conditions as cuda_model_layer_outputs). */
 int  cuda_model_layer_experts(cuda_model *m, int32_t *out, err *e);
+
+void cuda_model_arena_stats(const cuda_model *m, cuda_arena_stats *out);
 
 /* Bytes of VRAM the model holds (weights + KV + scratch), and the device
  * name. */
