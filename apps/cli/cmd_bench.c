@@ -18,7 +18,8 @@
  * Columns: llama-bench's where they mean the same (model, size, params,
  * backend, threads, n_batch, test, t/s = mean ± sample stddev of the
  * repetitions' tokens per second), and strata's own:
- *   arena   "resident" (the file mapped) or the expert arena's size (--arena)
+ *   arena   "resident" (the file mapped) or the expert arena's size (--arena);
+ *           "gpu SIZE" with --gpu-arena
  *   GB/s    weight bytes the forward touched (session_stats: expert_bytes +
  *           dense_bytes of the phase, summed over the timed repetitions)
  *           per second of evaluation
@@ -84,6 +85,7 @@ typedef struct row {
     int      streaming;
     const char *backend;   /* "CPU" or the device backend's name */
     uint64_t arena_bytes;
+    uint64_t gpu_arena_bytes;   /* --gpu-arena (the device's expert arena), 0: none */
     int      n_prompt, n_gen;
     char     test[32];
     int      reps;
@@ -311,7 +313,11 @@ static void fmt_params(char *b, size_t cap, uint64_t n)
 
 static void fmt_arena(char *b, size_t cap, const row *r)
 {
-    if (!r->streaming) snprintf(b, cap, "resident");
+    if (r->gpu_arena_bytes) {   /* "gpu SIZE": the device's expert arena */
+        char sz[32];
+        fmt_size(sz, sizeof sz, r->gpu_arena_bytes);
+        snprintf(b, cap, "gpu %s", sz);
+    } else if (!r->streaming) snprintf(b, cap, "resident");
     else if (!r->arena_bytes) snprintf(b, cap, "0");
     else fmt_size(b, cap, r->arena_bytes);
 }
@@ -692,6 +698,7 @@ static int run_instance(const bench_opts *o, const char *path, const model_info 
     r->streaming = engine_streaming(c.eng);
     r->backend = engine_backend_name(c.eng);
     r->arena_bytes = r->streaming ? mem.arena : 0;
+    r->gpu_arena_bytes = o->st.gpu_arena_bytes;
     r->reps = o->reps;
     for (int kind = 0; kind < 2 && code == CLI_OK; kind++) {
         const int_list *l = kind == 0 ? &o->pp : &o->tg;

@@ -9,8 +9,9 @@
  * the k experts picked by the device id array -> SwiGLU -> re-quantize ->
  * down -> weighted combine into the residual; output RMSNorm -> head ->
  * logits (or argmax on the device). Nothing of a token goes through host
- * memory except what the caller asks for (logits, ids): the expert ids
- * never leave the GPU.
+ * memory except what the caller asks for (logits, ids): with every expert
+ * resident the expert ids never leave the GPU; with the expert arena
+ * (arena_bytes) each layer's ids come to the host to place misses.
  *
  * Numerics: each kernel states its agreement with the CPU function it
  * mirrors (cuda_backend.h); float summation orders differ, so the logits
