@@ -14,8 +14,9 @@
  * three rounds, wall time. A decode loop can at best reach min(l2, read);
  * where l2 is close to read the two do not overlap and the loop lands
  * near their harmonic mean.
- * For q4_K each round also times the previous dot (old_dot_q4_K below, a
- * copy of quant_avx2_dot_q4_K before issue 5's rework) on the same rows,
+ * For q4_K and q5_K each round also times the previous dot (old_dot_q4_K /
+ * old_dot_q5_K below, copies of quant_avx2_dot_q4_K / _q5_K before their
+ * reworks) on the same rows,
  * printed as "old l2 / old dram", and checks that both give the same bits;
  * "l2 pairs" then times 4000 alternating old/new passes over the 64 rows
  * (about 5 us each) and prints the median of each, which a shared machine's
@@ -118,6 +119,64 @@ static float old_dot_q4_K(int64_t n, const void *vw, const void *va)
     return old_hsum_f32_8(acc) + old_hsum_f32_4(acc_m);
 }
 
+/* The previous Q5_K x Q8_K dot (quant_avx2_dot_q5_K before its rework, in
+ * the shape of ggml's AVX2 Q5_K), kept for the q5_K A/B. */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } old_block_q5_K;
+_Static_assert(sizeof(old_block_q5_K) == 176, "q5_K size");
+
+static float old_dot_q5_K(int64_t n, const void *vw, const void *va)
+{
+    const old_block_q5_K *x = vw;
+    const old_block_q8_K *y = va;
+    const __m256i m4 = _mm256_set1_epi8(0xF), mone = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        const float d = y[i].d * _cvtsh_ss(x[i].d);
+        const float dmin = -y[i].d * _cvtsh_ss(x[i].dmin);
+        uint32_t utmp[4];
+        const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+        memcpy(utmp, x[i].scales, 12);
+        utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+        const uint32_t uaux = utmp[1] & kmask1;
+        utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+        utmp[2] = uaux;
+        utmp[0] &= kmask1;
+        const __m256i mins_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
+        const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+        const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
+        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), q8s);
+        const __m128i hsum = _mm_hadd_epi32(_mm_hadd_epi32(prod, _mm_setzero_si128()), _mm_setzero_si128());
+        summs = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(dmin), _mm_set_ss((float)_mm_cvtsi128_si32(hsum)), _mm_set_ss(summs)));
+        const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
+        const __m256i scales = _mm256_setr_m128i(sc128, sc128);
+        const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i hmask = mone;
+        const uint8_t *q5 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        int bit = 0;
+        for (int j = 0; j < 4; j++, q5 += 32, q8 += 64) {
+            const __m256i scale_0 = _mm256_shuffle_epi8(scales, _mm256_loadu_si256((const __m256i *)old_shuffle_k4 + 2 * j));
+            const __m256i scale_1 = _mm256_shuffle_epi8(scales, _mm256_loadu_si256((const __m256i *)old_shuffle_k4 + 2 * j + 1));
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)q5);
+            const __m256i h0 = _mm256_slli_epi16(_mm256_srli_epi16(_mm256_and_si256(hbits, hmask), bit++), 4);
+            hmask = _mm256_slli_epi16(hmask, 1);
+            const __m256i h1 = _mm256_slli_epi16(_mm256_srli_epi16(_mm256_and_si256(hbits, hmask), bit++), 4);
+            hmask = _mm256_slli_epi16(hmask, 1);
+            const __m256i q0 = _mm256_add_epi8(_mm256_and_si256(bits, m4), h0);
+            const __m256i q1 = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h1);
+            __m256i p0 = _mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i p1 = _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            p0 = _mm256_madd_epi16(scale_0, p0);
+            p1 = _mm256_madd_epi16(scale_1, p1);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return old_hsum_f32_8(acc) + summs;
+}
+
 typedef float (*dot_fn)(int64_t n, const void *w, const void *a);
 
 /* GB/s of weight bytes: 64 rows re-read (l2) and all nw rows once (dram). */
@@ -189,21 +248,22 @@ int main(int argc, char **argv)
     const double bytes = (double)nw * (double)rs;
     printf("decode_mv: %s, %d rows x %lld, %.0f MB, 1 thread, isa %s\n", qtype_name(type), nw, (long long)K,
            bytes / 1e6, cpu_isa_name(cpu_best_isa()));
-    const int ab = type == QTYPE_Q4_K && cpu_best_isa() >= CPU_ISA_AVX2;
+    const int ab = (type == QTYPE_Q4_K || type == QTYPE_Q5_K) && cpu_best_isa() >= CPU_ISA_AVX2;
+    const dot_fn old_dot = type == QTYPE_Q5_K ? old_dot_q5_K : old_dot_q4_K;
     float *yo = ab ? malloc(sizeof(float) * (size_t)nw) : NULL;
     if (ab && !yo) { fprintf(stderr, "decode_mv: out of memory\n"); return 1; }
     for (int round = 1; round <= 3; round++) {
         /* old and new alternate which runs first (round 2: old first) */
         double ol2 = 0, odram = 0, l2 = 0, dram = 0;
         for (int k = 0; k < 2; k++) {
-            if (ab && k == (round & 1)) ol2 = time_l2(old_dot_q4_K, K, w, rs, a, yo, bytes);
+            if (ab && k == (round & 1)) ol2 = time_l2(old_dot, K, w, rs, a, yo, bytes);
             else if (k == 0 || ab) l2 = time_l2(ops.dot, K, w, rs, a, y, bytes);
         }
         for (int k = 0; k < 2; k++) {
-            if (ab && k == (round & 1)) odram = time_dram(old_dot_q4_K, K, w, rs, nw, a, yo);
+            if (ab && k == (round & 1)) odram = time_dram(old_dot, K, w, rs, nw, a, yo);
             else if (k == 0 || ab) dram = time_dram(ops.dot, K, w, rs, nw, a, y);
         }
-        if (ab && memcmp(y, yo, sizeof(float) * (size_t)nw)) { fprintf(stderr, "decode_mv: old and new q4_K dots differ\n"); return 1; }
+        if (ab && memcmp(y, yo, sizeof(float) * (size_t)nw)) { fprintf(stderr, "decode_mv: old and new %s dots differ\n", qtype_name(type)); return 1; }
         double t0 = now_s();
         quant_gemm(&ops, K, w, rs, nw, a, 0, 1, y, 1);
         const double pf4 = bytes / (now_s() - t0) / 1e9;
@@ -226,7 +286,7 @@ int main(int argc, char **argv)
                round, l2, dram, pf4, pf[0], pf[1], rd, acc == 42 ? " " : "");
         if (ab) {
             double po, pn;
-            l2_pairs(old_dot_q4_K, ops.dot, K, w, rs, a, y, 4000, &po, &pn);
+            l2_pairs(old_dot, ops.dot, K, w, rs, a, y, 4000, &po, &pn);
             printf("         old l2 %.2f  old dram %.2f GB/s (new/old: l2 %.2fx, dram %.2fx); l2 pairs: old %.2f new %.2f "
                    "GB/s (%.2fx)\n", ol2, odram, l2 / ol2, dram / odram, po, pn, pn / po);
         }

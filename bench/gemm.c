@@ -21,6 +21,16 @@
  *     multiply-add); the reference for the integer formats;
  *   fp32 peak: independent _mm256_fmadd_ps chains, 16 ops per FMA; the
  *     reference for F32/F16/BF16.
+ * On a CPU with AVX-VNNI it also times, for the types whose
+ * CPU_ISA_AVXVNNI quant_ops has its own gemm kernel (the K-quants),
+ *   (c) vnni:     that kernel, A/B against (b) in one run (the repetitions
+ *                 of (b) and (c) alternate, so drift hits both alike),
+ * printed as GOPS, (c)/(b) and (c) as a fraction of the same int8 peak
+ * (the maddubs one: all the kernels still multiply bytes with maddubs), and
+ * probes a third peak for reference,
+ *   vnni int8 peak: independent maddubs -> vpdpwssd chains (what the VNNI
+ *     kernels' inner step is), 64 ops per maddubs.
+ * (c) is checked bit for bit against (a) as well.
  * Weights are quantized with ops.quant from random floats, activations with
  * the dot type's act_quant. The bench also checks that (b) equals (a) bit
  * for bit and says MISMATCH when it does not. About 30-60 s by default.
@@ -147,21 +157,56 @@ __attribute__((noinline)) static void fp32_chains(long iters)
 }
 #undef FM
 
+/* int8 with AVX-VNNI: 6 independent chains, each t = maddubs(x, y);
+ * acc = vpdpwssd(acc, t, ones): the maddubs -> madd -> add chain with madd
+ * and add fused. Only called when cpu_detect() reports avxvnni. The
+ * assembler needs the {vex} prefix to pick the AVX-VNNI (not AVX512-VNNI)
+ * encoding; %{ %} are how inline asm spells braces. */
+#define VN(t, acc) "vpmaddubsw %%ymm1, %%ymm0, %%ymm" #t "\n\t" \
+                   "%{vex%} vpdpwssd %%ymm2, %%ymm" #t ", %%ymm" #acc "\n\t"
+__attribute__((noinline)) static void int8_vnni_chains(long iters)
+{
+    __asm__ volatile(
+        "vpcmpeqb %%ymm0, %%ymm0, %%ymm0\n\t"
+        "vpabsb %%ymm0, %%ymm0\n\t"          /* x = 1 */
+        "vpaddb %%ymm0, %%ymm0, %%ymm1\n\t"  /* y = 2 */
+        "vpcmpeqw %%ymm2, %%ymm2, %%ymm2\n\t"
+        "vpabsw %%ymm2, %%ymm2\n\t"          /* ones (int16) */
+        "vpxor %%ymm9, %%ymm9, %%ymm9\n\t"
+        "vpxor %%ymm10, %%ymm10, %%ymm10\n\t"
+        "vpxor %%ymm11, %%ymm11, %%ymm11\n\t"
+        "vpxor %%ymm12, %%ymm12, %%ymm12\n\t"
+        "vpxor %%ymm13, %%ymm13, %%ymm13\n\t"
+        "vpxor %%ymm14, %%ymm14, %%ymm14\n\t"
+        "1:\n\t"
+        VN(3, 9) VN(4, 10) VN(5, 11) VN(6, 12) VN(7, 13) VN(8, 14)
+        "dec %0\n\t"
+        "jnz 1b\n\t"
+        "vzeroupper\n\t"
+        : "+r"(iters)
+        :
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+          "xmm12", "xmm13", "xmm14", "cc");
+}
+#undef VN
+
 /* The best of repeated runs of 2^20 iterations (a few ms each: long enough
  * that clock granularity does not matter) over about min_s seconds: the
  * peak is what the core does undisturbed, so the best, not the median (a
  * conservative reference: interference lowers the kernels' medians, never
  * this). */
-static double probe_gops(int fp32, double min_s)
+enum { PROBE_INT8, PROBE_FP32, PROBE_INT8_VNNI };
+static double probe_gops(int kind, double min_s)
 {
     const long iters = 1L << 20;
-    const double ops_per_iter = fp32 ? FMA_CHAINS * 16.0 : PROBE_CHAINS * 64.0;
+    const double ops_per_iter = kind == PROBE_FP32 ? FMA_CHAINS * 16.0 : PROBE_CHAINS * 64.0;
     double g[64];
     int k = 0;
     const double t_end = now_s() + min_s;
     do {
         const double t0 = now_s();
-        if (fp32) fp32_chains(iters);
+        if (kind == PROBE_FP32) fp32_chains(iters);
+        else if (kind == PROBE_INT8_VNNI) int8_vnni_chains(iters);
         else int8_chains(iters);
         g[k++] = (double)iters * ops_per_iter / (now_s() - t0) * 1e-9;
     } while (k < 64 && (k < 5 || now_s() < t_end));
@@ -188,10 +233,10 @@ static const int k_types[] = { QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q4_0, QTY
 typedef struct run_cfg { int reps, best; double min_rep_s; } run_cfg;
 
 /* Median (cfg->best: least) seconds per call of quant_gemm(ops, ...). */
-static double time_gemm(const run_cfg *cfg, const quant_ops *ops, int64_t k, const void *w, size_t wstride, int nw,
-                        const void *a, size_t astride, int na, float *y)
+/* Calls of quant_gemm(ops, ...) that last about cfg->min_rep_s. */
+static long calibrate(const run_cfg *cfg, const quant_ops *ops, int64_t k, const void *w, size_t wstride, int nw,
+                      const void *a, size_t astride, int na, float *y)
 {
-    /* calibrate: calls per repetition */
     long calls = 1;
     for (;;) {
         const double t0 = now_s();
@@ -203,6 +248,13 @@ static double time_gemm(const run_cfg *cfg, const quant_ops *ops, int64_t k, con
         }
         calls *= 4;
     }
+    return calls;
+}
+
+static double time_gemm(const run_cfg *cfg, const quant_ops *ops, int64_t k, const void *w, size_t wstride, int nw,
+                        const void *a, size_t astride, int na, float *y)
+{
+    const long calls = calibrate(cfg, ops, k, w, wstride, nw, a, astride, na, y);
     double ts[16];
     const int reps = cfg->reps < 16 ? cfg->reps : 16;
     for (int r = 0; r < reps; r++) {
@@ -212,6 +264,32 @@ static double time_gemm(const run_cfg *cfg, const quant_ops *ops, int64_t k, con
     }
     qsort(ts, (size_t)reps, sizeof ts[0], cmp_d);
     return cfg->best ? ts[0] : ts[reps / 2];
+}
+
+/* A/B: like time_gemm for two ops tables on the same inputs, repetitions
+ * alternating (A B A B ...); median (or least) seconds per call of each in
+ * t[0], t[1]. ya, yb: their outputs. */
+static void time_gemm_ab(const run_cfg *cfg, const quant_ops *oa, const quant_ops *ob, int64_t k, const void *w,
+                         size_t wstride, int nw, const void *a, size_t astride, int na, float *ya, float *yb,
+                         double t[2])
+{
+    const quant_ops *o[2] = { oa, ob };
+    float *ys[2] = { ya, yb };
+    long calls[2];
+    for (int v = 0; v < 2; v++) calls[v] = calibrate(cfg, o[v], k, w, wstride, nw, a, astride, na, ys[v]);
+    double ts[2][16];
+    const int reps = cfg->reps < 16 ? cfg->reps : 16;
+    for (int r = 0; r < reps; r++)
+        for (int v = 0; v < 2; v++) {
+            const double t0 = now_s();
+            for (long i = 0; i < calls[v]; i++)
+                quant_gemm(o[v], k, w, wstride, nw, a, astride, na, ys[v], (size_t)nw);
+            ts[v][r] = (now_s() - t0) / (double)calls[v];
+        }
+    for (int v = 0; v < 2; v++) {
+        qsort(ts[v], (size_t)reps, sizeof ts[v][0], cmp_d);
+        t[v] = cfg->best ? ts[v][0] : ts[v][reps / 2];
+    }
 }
 
 static int usage(void)
@@ -242,8 +320,9 @@ int main(int argc, char **argv)
     }
     const run_cfg cfg = { quick ? 3 : 5, best, quick ? 0.004 : 0.012 };
 
-    const double int8_peak = probe_gops(0, quick ? 0.1 : 0.3);
-    const double fp32_peak = probe_gops(1, quick ? 0.1 : 0.3);
+    const double int8_peak = probe_gops(PROBE_INT8, quick ? 0.1 : 0.3);
+    const double fp32_peak = probe_gops(PROBE_FP32, quick ? 0.1 : 0.3);
+    const double vnni_peak = f.avxvnni ? probe_gops(PROBE_INT8_VNNI, quick ? 0.1 : 0.3) : 0.0;
 
     int64_t max_elems = 0;
     for (int s = 0; s < N_SHAPES; s++)
@@ -261,19 +340,27 @@ int main(int argc, char **argv)
     void *w = malloc(sizeof(float) * (size_t)max_elems);
     void *a = malloc(sizeof(float) * (size_t)(max_k * MAX_NA));
     float *y1 = malloc(sizeof(float) * (size_t)max_nw * MAX_NA), *y2 = malloc(sizeof(float) * (size_t)max_nw * MAX_NA);
-    if (!wf || !af || !w || !a || !y1 || !y2) { fprintf(stderr, "gemm: out of memory\n"); return 1; }
+    float *y3 = malloc(sizeof(float) * (size_t)max_nw * MAX_NA);
+    if (!wf || !af || !w || !a || !y1 || !y2 || !y3) { fprintf(stderr, "gemm: out of memory\n"); return 1; }
     uint64_t seed = 12345;
     gen_floats(&seed, wf, max_elems);
     gen_floats(&seed, af, max_k * MAX_NA);
 
-    if (csv) printf("type,k,nw,na,dot_gops,gemm_gops,speedup,peak,peak_gops,dot_frac,gemm_frac,match\n");
+    if (csv)
+        printf("type,k,nw,na,dot_gops,gemm_gops,speedup,peak,peak_gops,dot_frac,gemm_frac,match,"
+               "vnni_gops,vnni_speedup,vnni_frac,vnni_peak_gops,vnni_match\n");
     else {
         printf("# gemm: single thread, %s, %s of %d repetitions\n", quick ? "--quick" : "default run",
                best ? "best" : "median", cfg.reps);
-        printf("# int8 peak (maddubs->madd->add chains): %.1f GOPS; fp32 peak (FMA chains): %.1f GOPS\n\n",
+        printf("# int8 peak (maddubs->madd->add chains): %.1f GOPS; fp32 peak (FMA chains): %.1f GOPS\n",
                int8_peak, fp32_peak);
-        printf("| type | K x rows | na | dot-loop GOPS | gemm GOPS | speedup | dot/peak | gemm/peak |\n");
-        printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+        if (f.avxvnni)
+            printf("# AVX-VNNI: int8 peak of maddubs->vpdpwssd chains %.1f GOPS (for reference; every /peak\n"
+                   "# column, vnni's included, is of the maddubs->madd->add peak above)\n", vnni_peak);
+        else printf("# no AVX-VNNI on this CPU: vnni columns empty\n");
+        printf("\n| type | K x rows | na | dot-loop GOPS | gemm GOPS | speedup | dot/peak | gemm/peak "
+               "| vnni GOPS | vnni/gemm | vnni/peak |\n");
+        printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     fflush(stdout);
     int mismatches = 0;
@@ -289,6 +376,11 @@ int main(int argc, char **argv)
         }
         quant_ops loop = ops;
         loop.gemm = NULL;
+        /* the AVX-VNNI ops, when they have a gemm kernel of their own */
+        quant_ops vops;
+        int have_v = 0;
+        if (f.avxvnni && ops.gemm && !quant_ops_get(t, CPU_ISA_AVXVNNI, &vops, &e) && vops.gemm && vops.gemm != ops.gemm)
+            have_v = 1;
         const int is_float = t == QTYPE_F32 || t == QTYPE_F16 || t == QTYPE_BF16;
         const double peak = is_float ? fp32_peak : int8_peak;
         for (int si = 0; si < N_SHAPES; si++) {
@@ -306,32 +398,51 @@ int main(int argc, char **argv)
                 const double flops = 2.0 * (double)k * nw * na;
                 const double t_dot = time_gemm(&cfg, &loop, k, w, wrow, nw, a, arow, na, y1);
                 const double g_dot = flops / t_dot * 1e-9;
-                double g_gemm = 0;
-                int match = 1;
-                if (ops.gemm) {
+                double g_gemm = 0, g_vnni = 0;
+                int match = 1, vmatch = 1;
+                const size_t ybytes = sizeof(float) * (size_t)nw * (size_t)na;
+                if (have_v) {
+                    double tt[2];
+                    time_gemm_ab(&cfg, &ops, &vops, k, w, wrow, nw, a, arow, na, y2, y3, tt);
+                    g_gemm = flops / tt[0] * 1e-9;
+                    g_vnni = flops / tt[1] * 1e-9;
+                    match = !memcmp(y1, y2, ybytes);
+                    vmatch = !memcmp(y1, y3, ybytes);
+                    mismatches += !match + !vmatch;
+                } else if (ops.gemm) {
                     const double t_gemm = time_gemm(&cfg, &ops, k, w, wrow, nw, a, arow, na, y2);
                     g_gemm = flops / t_gemm * 1e-9;
-                    match = !memcmp(y1, y2, sizeof(float) * (size_t)nw * (size_t)na);
+                    match = !memcmp(y1, y2, ybytes);
                     if (!match) mismatches++;
                 }
                 if (csv) {
-                    printf("%s,%lld,%d,%d,%.2f,%.2f,%.3f,%s,%.1f,%.3f,%.3f,%s\n", qtype_name(t), (long long)k, nw, na,
-                           g_dot, g_gemm, ops.gemm ? g_gemm / g_dot : 0.0, is_float ? "fp32" : "int8", peak,
-                           g_dot / peak, g_gemm / peak, ops.gemm ? (match ? "yes" : "MISMATCH") : "-");
+                    printf("%s,%lld,%d,%d,%.2f,%.2f,%.3f,%s,%.1f,%.3f,%.3f,%s,%.2f,%.3f,%.3f,%.1f,%s\n", qtype_name(t),
+                           (long long)k, nw, na, g_dot, g_gemm, ops.gemm ? g_gemm / g_dot : 0.0,
+                           is_float ? "fp32" : "int8", peak, g_dot / peak, g_gemm / peak,
+                           ops.gemm ? (match ? "yes" : "MISMATCH") : "-", g_vnni, have_v ? g_vnni / g_gemm : 0.0,
+                           g_vnni / peak, vnni_peak, have_v ? (vmatch ? "yes" : "MISMATCH") : "-");
                 } else if (ops.gemm) {
-                    printf("| %s | %lld x %d | %d | %.1f | %.1f | %.2fx | %.0f%% | %.0f%%%s |\n", qtype_name(t),
+                    printf("| %s | %lld x %d | %d | %.1f | %.1f | %.2fx | %.0f%% | %.0f%%%s |", qtype_name(t),
                            (long long)k, nw, na, g_dot, g_gemm, g_gemm / g_dot, 100 * g_dot / peak,
                            100 * g_gemm / peak, match ? "" : " MISMATCH");
+                    if (have_v)
+                        printf(" %.1f | %.2fx | %.0f%%%s |\n", g_vnni, g_vnni / g_gemm, 100 * g_vnni / peak,
+                               vmatch ? "" : " MISMATCH");
+                    else printf(" - | - | - |\n");
                 } else {
-                    printf("| %s | %lld x %d | %d | %.1f | - | - | %.0f%% | - |\n", qtype_name(t), (long long)k, nw,
-                           na, g_dot, 100 * g_dot / peak);
+                    printf("| %s | %lld x %d | %d | %.1f | - | - | %.0f%% | - | - | - | - |\n", qtype_name(t),
+                           (long long)k, nw, na, g_dot, 100 * g_dot / peak);
                 }
                 fflush(stdout);
             }
         }
     }
-    if (!csv) printf("\npeaks: int8 %.1f GOPS (integer types), fp32 %.1f GOPS (F32/F16/BF16)\n", int8_peak, fp32_peak);
-    free(wf); free(af); free(w); free(a); free(y1); free(y2);
+    if (!csv) {
+        printf("\npeaks: int8 %.1f GOPS (integer types), fp32 %.1f GOPS (F32/F16/BF16)", int8_peak, fp32_peak);
+        if (f.avxvnni) printf("; int8 maddubs->vpdpwssd %.1f GOPS (reference only)", vnni_peak);
+        printf("\n");
+    }
+    free(wf); free(af); free(w); free(a); free(y1); free(y2); free(y3);
     if (mismatches) {
         fprintf(stderr, "gemm: %d gemm results differ from the dot loop\n", mismatches);
         return 1;

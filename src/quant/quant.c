@@ -64,6 +64,16 @@ static const quant_gemm_fn k_gemm_avx2[QTYPE_MAX_ID] = {
     [QTYPE_Q6_K] = QUANT_GEMM_AVX2_Q6_K,
 };
 
+/* AVX-VNNI gemm kernels (bit-identical to the AVX2 ones), for
+ * CPU_ISA_AVXVNNI; a type without one keeps its AVX2 kernel. */
+static const quant_gemm_fn k_gemm_avxvnni[QTYPE_MAX_ID] = {
+    [QTYPE_Q2_K] = quant_avxvnni_gemm_q2_K,
+    [QTYPE_Q3_K] = quant_avxvnni_gemm_q3_K,
+    [QTYPE_Q4_K] = quant_avxvnni_gemm_q4_K,
+    [QTYPE_Q5_K] = quant_avxvnni_gemm_q5_K,
+    [QTYPE_Q6_K] = quant_avxvnni_gemm_q6_K,
+};
+
 static const kernel_row *row_for(int type, err *e)
 {
     const qtype_info *t = qtype_get(type);
@@ -100,6 +110,8 @@ int quant_ops_get(int type, cpu_isa isa, quant_ops *out, err *e)
     out->gemm = simd ? k_gemm_avx2[type] : NULL;
     /* AVX-VNNI kernels (bit-identical to the AVX2 ones they replace) */
     if (isa == CPU_ISA_AVXVNNI && type == QTYPE_Q4_K) out->dot = quant_avxvnni_dot_q4_K;
+    if (isa == CPU_ISA_AVXVNNI && type == QTYPE_Q5_K) out->dot = quant_avxvnni_dot_q5_K;
+    if (isa == CPU_ISA_AVXVNNI && k_gemm_avxvnni[type]) out->gemm = k_gemm_avxvnni[type];
     return 0;
 }
 

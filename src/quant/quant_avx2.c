@@ -20,8 +20,9 @@
  *     terms per lane (blocks, or n/32 for the float dots).
  * Against llama.cpp: every dot here follows ggml's x86 AVX2 kernel operation
  * for operation, including where GCC fuses ggml's scalar lines with -mfma
- * (noted in place); Q4_K keeps ggml's float operations and rearranges only
- * the exact integer work (see its section; AVX-VNNI used when present). Checked on 2025 ggml (the libggml-cpu-haswell.so of
+ * (noted in place); Q4_K and Q5_K keep ggml's float operations and rearrange
+ * only the exact integer work (see their sections; AVX-VNNI used when
+ * present). Checked on 2025 ggml (the libggml-cpu-haswell.so of
  * node-llama-cpp 3.22.1): all 13 dots returned the same bits on random rows.
  * Kernels do not allocate and keep no state. */
 #include "quant/quant_impl.h"
@@ -54,30 +55,20 @@ static inline __m256 mul_sum_i8_pairs_float(__m256i x, __m256i y)
     return mul_sum_us8_pairs_float(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
-/* Shuffle masks that broadcast one int16 scale over a 128-bit half (q3k's
- * is in quant_avx2_common.h; k4: entry i puts scale i everywhere; q6k
- * (128-bit): entry i gives bytes 2i x8, 2i+1 x8). */
-static const uint8_t k_shuffle_k4[256] = {
-     0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-     2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
-     4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,
-     6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7,
-     8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9,
-    10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,
-    12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,
-    14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,
-};
+/* Shuffle mask for Q6_K's scales (q3k's is in quant_avx2_common.h;
+ * 128-bit: entry i gives bytes 2i x8, 2i+1 x8). */
 static const uint8_t k_shuffle_q6k[128] = {
      0, 0, 0, 0, 0, 0, 0, 0,  1, 1, 1, 1, 1, 1, 1, 1,   2, 2, 2, 2, 2, 2, 2, 2,  3, 3, 3, 3, 3, 3, 3, 3,
      4, 4, 4, 4, 4, 4, 4, 4,  5, 5, 5, 5, 5, 5, 5, 5,   6, 6, 6, 6, 6, 6, 6, 6,  7, 7, 7, 7, 7, 7, 7, 7,
      8, 8, 8, 8, 8, 8, 8, 8,  9, 9, 9, 9, 9, 9, 9, 9,  10,10,10,10,10,10,10,10, 11,11,11,11,11,11,11,11,
     12,12,12,12,12,12,12,12, 13,13,13,13,13,13,13,13,  14,14,14,14,14,14,14,14, 15,15,15,15,15,15,15,15,
 };
-static inline __m256i shuffle_k4(int i) { return _mm256_loadu_si256((const __m256i *)k_shuffle_k4 + i); }
 static inline __m128i shuffle_q6k(int i) { return _mm_loadu_si128((const __m128i *)k_shuffle_q6k + i); }
 
-/* Q4_K/Q5_K: 12 scale bytes -> utmp[0..1] = 8 scales, utmp[2..3] = 8 mins. */
-static inline void k4_unpack(const uint8_t *s12, uint32_t utmp[4])
+/* Q4_K/Q5_K: 12 scale bytes -> utmp[0..1] = 8 scales, utmp[2..3] = 8 mins.
+ * ggml's scalar unpack, no longer called by a kernel here: kept as the
+ * reference for the layout q4k_unpack (and quant_gemm_k_avx2.c) build in SIMD. */
+__attribute__((unused)) static inline void k4_unpack(const uint8_t *s12, uint32_t utmp[4])
 {
     const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
     memcpy(utmp, s12, 12);
@@ -740,53 +731,164 @@ Q4K_TARGET_VNNI float quant_avxvnni_dot_q4_K(int64_t n, const void *vw, const vo
 float quant_avxvnni_dot_q4_K(int64_t n, const void *vw, const void *va) { return quant_avx2_dot_q4_K(n, vw, va); }
 #endif
 
+/* ==== Q5_K ====
+ * The float operations of ggml's AVX2 kernel, kept in block order with the
+ * same operands:
+ *   acc   = fmadd(set1(d), cvt(sumi), acc)        (as Q4_K, q5 = q4 | 16 * h)
+ *   summs = fmadd_ss(dmin, (float)m . ps, summs)  m . ps = sum over k of
+ *           m_k * (bsums[2k] + bsums[2k+1]), an int32 (one scalar per block)
+ *   result hsum_f32_8(acc) + summs.
+ * The integer work (exact) is arranged as in Q4_K (q4k_unpack, scale dwords
+ * stored once and read back with vpbroadcastd, two super-blocks per
+ * iteration sharing one 256-bit unpack and one mins madd, as
+ * quant_avxvnni_dot_q4_K), and:
+ *   - the 5th bits put in place with one shift and one and per 32 quants
+ *     (bit b of each qh byte moved to bit 4: a 16-bit shift by 4 - b keeps
+ *     it inside its byte) instead of ggml's and + two shifts + a mask shift;
+ *   - m . ps of both blocks from one madd and an int32 horizontal sum;
+ *   - summs kept in lane 1 of a vector, next to q5k_dm's lane 1 = -dmin:
+ *     fmadd(dmin, p, s) is fnmadd(-dmin, p, s), the same rounding (the other
+ *     lanes are never read);
+ *   - with AVX-VNNI (quant_avxvnni_dot_q5_K): madd + add as one vpdpwssd. */
+
+/* Lanes 2l: d = y.d * h(x.d); lanes 2l+1: y.d * h(x.dmin) = -dmin (q4k_dm). */
+static inline __m256 q5k_dm(const block_q5_K *x, const block_q8_K *y)
+{
+    float dd;
+    memcpy(&dd, &x->d, 4);
+    const __m128i h = _mm_castps_si128(_mm_set1_ps(dd));
+    return _mm256_mul_ps(_mm256_set1_ps(y->d), _mm256_cvtph_ps(h));
+}
+
+/* m . ps of one block (from a broadcast q4k_unpack), as a float in all 4 lanes. */
+static inline __m128 q5k_mins1(__m256i sm, const block_q8_K *y)
+{
+    const __m256i mdup = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,   /* m_k x2 */
+                                          12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
+    const __m256i p = _mm256_madd_epi16(_mm256_shuffle_epi8(sm, mdup), _mm256_loadu_si256((const __m256i *)y->bsums));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtepi32_ps(s);
+}
+
+/* 5th bits of 32 quants at bit 4 of each byte: bit b of each qh byte moved
+ * by a 16-bit shift of 4 - b (b = 0..7, a constant). */
+#define Q5K_HBIT(hb, b)                                                                                         \
+    _mm256_and_si256((b) < 4 ? _mm256_slli_epi16(hb, (4 - (b)) & 7) : _mm256_srli_epi16(hb, ((b) - 4) & 7), \
+                     _mm256_set1_epi8(0x10))
+
+/* Body of a sumi function for one block (q5, qh, q8; scales s = 0..3 at
+ * lo[s], 4..7 at hi[s - 4]): ACC(s, scale, p) adds madd(scale, p) to s. Two
+ * accumulators (even and odd sub-blocks), added at the end: exact. */
+#define Q5K_STEP(ACC, j)                                                                                        \
+    do {                                                                                                        \
+        const int32_t *sc = (j) < 2 ? lo + 2 * (j) : hi + 2 * (j) - 4;                                         \
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(q5 + 32 * (j)));                             \
+        const __m256i q0 = _mm256_or_si256(_mm256_and_si256(bits, m4), Q5K_HBIT(hb, 2 * (j)));                 \
+        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), Q5K_HBIT(hb, 2 * (j) + 1)); \
+        const __m256i p0 = _mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j))));     \
+        const __m256i p1 = _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j) + 32))); \
+        sl = ACC(sl, _mm256_set1_epi32(sc[0]), p0);                                                            \
+        sh = ACC(sh, _mm256_set1_epi32(sc[1]), p1);                                                            \
+    } while (0)
+#define Q5K_SUMI_BODY(ACC)                                                                                      \
+    const __m256i m4 = _mm256_set1_epi8(0xF);                                                                   \
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)qh);                                                 \
+    __m256i sl = _mm256_setzero_si256(), sh = _mm256_setzero_si256();                                           \
+    Q5K_STEP(ACC, 0);                                                                                           \
+    Q5K_STEP(ACC, 1);                                                                                           \
+    Q5K_STEP(ACC, 2);                                                                                           \
+    Q5K_STEP(ACC, 3);                                                                                           \
+    return _mm256_add_epi32(sl, sh)
+
+#define Q5K_ACC_MADD(s, a, b) _mm256_add_epi32(s, _mm256_madd_epi16(a, b))
+
+static inline __m256i q5k_sumi_avx2(const uint8_t *q5, const uint8_t *qh, const int8_t *q8, const int32_t *lo,
+                                    const int32_t *hi)
+{
+    Q5K_SUMI_BODY(Q5K_ACC_MADD);
+}
+
+/* One super-block: acc and summs updated with block xb, yb. */
+#define Q5K_BLOCK1(SUMI, xb, yb)                                                                                \
+    do {                                                                                                        \
+        const __m256 dm_ = q5k_dm(xb, yb);                                                                      \
+        const __m256i sm_ = q4k_unpack(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(xb)))); \
+        q4k_scales1(sm_, sb);                                                                                   \
+        Q4K_FORGET(sb);                                                                                         \
+        summs = _mm_fnmadd_ps(_mm256_castps256_ps128(dm_), q5k_mins1(sm_, yb), summs);                          \
+        acc = _mm256_fmadd_ps(_mm256_moveldup_ps(dm_), _mm256_cvtepi32_ps(SUMI((xb)->qs, (xb)->qh, (yb)->qs, sb, sb + 4)), acc); \
+    } while (0)
+
+/* Body of a Q5_K dot, two super-blocks per iteration (see
+ * quant_avxvnni_dot_q4_K for the shared unpack and the mins madd, which
+ * here gives [i a, i b, i+1 a, i+1 b] once the halves are added, a + b =
+ * m . ps), then a last single block. */
+#define Q5K_DOT_BODY(SUMI)                                                                                      \
+    const block_q5_K *x = vw;                                                                                   \
+    const block_q8_K *y = va;                                                                                   \
+    const int64_t nb = n / QK_K;                                                                                \
+    const __m256i sclo = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,              \
+                                          0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1);             \
+    const __m256i schi = _mm256_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,              \
+                                          4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);             \
+    const __m256i mins16 = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1,            \
+                                            0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1);           \
+    __m256 acc = _mm256_setzero_ps();                                                                           \
+    __m128 summs = _mm_setzero_ps();   /* lane 1: ggml's scalar summs */                                       \
+    _Alignas(32) int32_t sa[8], sb[8];                                                                          \
+    int64_t i = 0;                                                                                              \
+    for (; i + 1 < nb; i += 2) {                                                                                \
+        const block_q5_K *x0 = x + i, *x1 = x + i + 1;                                                          \
+        const block_q8_K *y0 = y + i, *y1 = y + i + 1;                                                          \
+        const __m256 dm0 = q5k_dm(x0, y0), dm1 = q5k_dm(x1, y1);                                                \
+        const __m256i head = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)x0)), \
+                                                     _mm_loadu_si128((const __m128i *)(const void *)x1), 1);   \
+        const __m256i sm = q4k_unpack(head);                                                                    \
+        _mm256_store_si256((__m256i *)(void *)sa, _mm256_shuffle_epi8(sm, sclo));                               \
+        _mm256_store_si256((__m256i *)(void *)sb, _mm256_shuffle_epi8(sm, schi));                               \
+        Q4K_FORGET(sa);                                                                                         \
+        Q4K_FORGET(sb);                                                                                         \
+        const __m256i m = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sm, _mm256_setr_epi32(2, 6, 2, 6, 3, 7, 3, 7)), mins16); \
+        const __m256i q8s = _mm256_hadd_epi16(_mm256_loadu_si256((const __m256i *)y0->bsums),                  \
+                                              _mm256_loadu_si256((const __m256i *)y1->bsums));                  \
+        const __m256i p = _mm256_madd_epi16(m, q8s);                                                            \
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));                  \
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));                                    \
+        const __m128 mp = _mm_cvtepi32_ps(s);   /* block i in lanes 0, 1; i+1 in 2, 3 */                       \
+        const __m256i s0 = SUMI(x0->qs, x0->qh, y0->qs, sa, sb), s1 = SUMI(x1->qs, x1->qh, y1->qs, sa + 4, sb + 4); \
+        summs = _mm_fnmadd_ps(_mm256_castps256_ps128(dm0), mp, summs);                                          \
+        acc = _mm256_fmadd_ps(_mm256_moveldup_ps(dm0), _mm256_cvtepi32_ps(s0), acc);                            \
+        summs = _mm_fnmadd_ps(_mm256_castps256_ps128(dm1), _mm_movehl_ps(mp, mp), summs);                       \
+        acc = _mm256_fmadd_ps(_mm256_moveldup_ps(dm1), _mm256_cvtepi32_ps(s1), acc);                            \
+    }                                                                                                           \
+    if (i < nb) Q5K_BLOCK1(SUMI, x + i, y + i);                                                                 \
+    return hsum_f32_8(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summs))
+
 float quant_avx2_dot_q5_K(int64_t n, const void *vw, const void *va)
 {
-    const block_q5_K *x = vw;
-    const block_q8_K *y = va;
-    const __m256i m4 = _mm256_set1_epi8(0xF), mone = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0;   /* the mins term, summed as a scalar as ggml's AVX2 Q5_K does */
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = y[i].d * h2f(x[i].d);
-        const float dmin = -y[i].d * h2f(x[i].dmin);
-        uint32_t utmp[4];
-        k4_unpack(x[i].scales, utmp);
-        const __m256i mins_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
-        const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
-        const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
-        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), q8s);
-        const __m128i hsum = _mm_hadd_epi32(_mm_hadd_epi32(prod, _mm_setzero_si128()), _mm_setzero_si128());
-        /* fused, as GCC contracts this line in ggml's -mfma builds */
-        summs = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(dmin), _mm_set_ss((float)_mm_cvtsi128_si32(hsum)), _mm_set_ss(summs)));
-        const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
-        const __m256i scales = _mm256_setr_m128i(sc128, sc128);
-        const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        __m256i hmask = mone;
-        const uint8_t *q5 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        int bit = 0;
-        for (int j = 0; j < QK_K / 64; j++, q5 += 32, q8 += 64) {
-            const __m256i scale_0 = _mm256_shuffle_epi8(scales, shuffle_k4(2 * j));
-            const __m256i scale_1 = _mm256_shuffle_epi8(scales, shuffle_k4(2 * j + 1));
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)q5);
-            const __m256i h0 = _mm256_slli_epi16(_mm256_srli_epi16(_mm256_and_si256(hbits, hmask), bit++), 4);
-            hmask = _mm256_slli_epi16(hmask, 1);
-            const __m256i h1 = _mm256_slli_epi16(_mm256_srli_epi16(_mm256_and_si256(hbits, hmask), bit++), 4);
-            hmask = _mm256_slli_epi16(hmask, 1);
-            const __m256i q0 = _mm256_add_epi8(_mm256_and_si256(bits, m4), h0);
-            const __m256i q1 = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h1);
-            __m256i p0 = _mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)q8));
-            __m256i p1 = _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            p0 = _mm256_madd_epi16(scale_0, p0);
-            p1 = _mm256_madd_epi16(scale_1, p1);
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return hsum_f32_8(acc) + summs;
+    Q5K_DOT_BODY(q5k_sumi_avx2);
 }
+
+#ifdef Q4K_HAVE_AVXVNNI
+#define Q5K_ACC_VNNI(s, a, b) _mm256_dpwssd_avx_epi32(s, a, b)
+
+/* q5k_sumi_avx2 with madd + add as one vpdpwssd (the same int32 sums). */
+Q4K_TARGET_VNNI static inline __m256i q5k_sumi_vnni(const uint8_t *q5, const uint8_t *qh, const int8_t *q8,
+                                                    const int32_t *lo, const int32_t *hi)
+{
+    Q5K_SUMI_BODY(Q5K_ACC_VNNI);
+}
+
+Q4K_TARGET_VNNI float quant_avxvnni_dot_q5_K(int64_t n, const void *vw, const void *va)
+{
+    Q5K_DOT_BODY(q5k_sumi_vnni);
+}
+#else
+/* A compiler without -mavxvnni support: the plain AVX2 kernel (the same results). */
+float quant_avxvnni_dot_q5_K(int64_t n, const void *vw, const void *va) { return quant_avx2_dot_q5_K(n, vw, va); }
+#endif
 
 float quant_avx2_dot_q6_K(int64_t n, const void *vw, const void *va)
 {

@@ -139,6 +139,42 @@ static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const 
 #define KEEP(v) ((void)0)
 #endif
 
+/* ==== AVX-VNNI ====
+ * The blocked loops' int32 step "acc + madd(scale16, prods16)" is exactly
+ * AVX-VNNI's vpdpwssd (each int32 lane += the sum of its two int16
+ * products; no saturation, wrapping add like vpaddd), so with it the same
+ * int32 sums come out of one instruction instead of two: bit-identical
+ * results, one uop less per maddubs. The row kernels below are written
+ * once, with a constant `vnni` argument that picks dp16's form; the
+ * AVX-VNNI instances (t##_rows_vnni, built with the avxvnni target
+ * attribute, as quant_avx2.c's quant_avxvnni_dot_q4_K) are compiled only
+ * where the compiler knows the instruction (gcc >= 11, clang), and
+ * quant.c hands them out only for CPU_ISA_AVXVNNI (quant_ops_get checks
+ * the CPU). Everything else, the float operations included, is the same
+ * code in both instances. dp16_vnni is not always_inline on purpose: the
+ * shared kernel body that calls it is compiled for plain AVX2 (where the
+ * call is dead code for vnni = 0) and inlined into the AVX-VNNI rows
+ * functions, where the call is then inlined (checked in the object code:
+ * no calls in the *_rows_vnni functions). */
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11))
+#define GEMM_HAVE_AVXVNNI 1
+#define GEMM_TARGET_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+GEMM_TARGET_VNNI static inline __m256i dp16_vnni(__m256i acc, __m256i s16, __m256i p16)
+{
+    return _mm256_dpwssd_avx_epi32(acc, s16, p16);
+}
+#endif
+/* acc + madd(s16, p16) in int32 lanes: vpmaddwd + vpaddd, or one vpdpwssd */
+static ALWAYS_INLINE __m256i dp16(const int vnni, __m256i acc, __m256i s16, __m256i p16)
+{
+#ifdef GEMM_HAVE_AVXVNNI
+    if (vnni) return dp16_vnni(acc, s16, p16);
+#else
+    (void)vnni;
+#endif
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(s16, p16));
+}
+
 /* ==== Driver ==== */
 
 /* Per (super-block, activation group) values that every weight row of a
@@ -199,8 +235,8 @@ static ALWAYS_INLINE void aux_fill(int64_t nb, const uint8_t *a, size_t astride,
  * bytes of one weight super-block; dot: the type's single-row dot, used
  * for rows longer than AUX_BLOCKS super-blocks. Every (r, c) pair is
  * computed exactly once. */
-static void gemm_blocked(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
-                         float *y, size_t ldy, size_t wblock, rows_fn fn, dot_fn dot)
+static void gemm_blocked_k(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
+                           float *y, size_t ldy, size_t wblock, rows_fn fn, dot_fn dot)
 {
     const int64_t nb = n / QK_K;
     const uint8_t *wb = w, *ab = a;
@@ -231,23 +267,44 @@ static void gemm_blocked(int64_t n, const void *w, size_t wstride, int nw, const
     }
 }
 
+/* One activation row (decode: quant_gemm calls the kernel once per weight
+ * row, nw = na = 1) is the dot loop; taken here, before gemm_blocked_k's
+ * 24 KB frame and chunk set-up, which cost about as much as a whole
+ * 256-wide dot. */
+static inline void gemm_blocked(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride,
+                                int na, float *y, size_t ldy, size_t wblock, rows_fn fn, dot_fn dot)
+{
+    if (na == 1) {
+        const uint8_t *wb = w;
+        for (int r = 0; r < nw; r++) y[r] = dot(n, wb + (size_t)r * wstride, a);
+        return;
+    }
+    gemm_blocked_k(n, w, wstride, nw, a, astride, na, y, ldy, wblock, fn, dot);
+}
+
 /* Instantiate a row kernel body (static ALWAYS_INLINE t##_k(..., nc, ...))
  * for each constant nc the driver uses, so that the per-row arrays in the
  * body become registers. */
-#define ROWS_LOOP(t, NC) \
+#define ROWS_LOOP(t, NC, VNNI) \
     for (int r = 0; r < nr; r++) \
-        t##_k(nb, (const uint8_t *)w + (size_t)r * wstride, a, astride, NC, y + r, ldy, aux)
-#define ROWS_DISPATCH(t) \
-    static void t##_rows(int64_t nb, const void *w, size_t wstride, int nr, const uint8_t *a, size_t astride, \
-                         int nc, float *y, size_t ldy, const blk_aux *aux) \
+        t##_k(nb, (const uint8_t *)w + (size_t)r * wstride, a, astride, NC, y + r, ldy, aux, VNNI)
+#define ROWS_FN(t, name, attr, VNNI) \
+    attr static void name(int64_t nb, const void *w, size_t wstride, int nr, const uint8_t *a, size_t astride, \
+                          int nc, float *y, size_t ldy, const blk_aux *aux) \
     { \
         switch (nc) { \
-        case 8: ROWS_LOOP(t, 8); break; \
-        case 4: ROWS_LOOP(t, 4); break; \
-        case 3: ROWS_LOOP(t, 3); break; \
-        default: ROWS_LOOP(t, 2); break; \
+        case 8: ROWS_LOOP(t, 8, VNNI); break; \
+        case 4: ROWS_LOOP(t, 4, VNNI); break; \
+        case 3: ROWS_LOOP(t, 3, VNNI); break; \
+        default: ROWS_LOOP(t, 2, VNNI); break; \
         } \
     }
+/* t##_rows: plain AVX2; t##_rows_vnni: the same body with vpdpwssd */
+#ifdef GEMM_HAVE_AVXVNNI
+#define ROWS_DISPATCH(t) ROWS_FN(t, t##_rows, , 0) ROWS_FN(t, t##_rows_vnni, GEMM_TARGET_VNNI, 1)
+#else
+#define ROWS_DISPATCH(t) ROWS_FN(t, t##_rows, , 0)
+#endif
 _Static_assert(NA_BLK == 8, "ROWS_DISPATCH, gemm_blocked and the lane tables assume groups of 8");
 
 /* vpermps indices: broadcast lane c; lanes (2p, 2p+1) to the two halves. */
@@ -303,12 +360,32 @@ static inline void store_rows(__m256 v, int nc, float *y, size_t ldy)
         if (PAIR_ROW(l) < nc) y[(size_t)PAIR_ROW(l) * ldy] = t.f[l];
 }
 
-#define DEFINE_GEMM(t) \
+/* quant_avx2_gemm_t and quant_avxvnni_gemm_t (vdot: the single-row dot
+ * the AVX-VNNI ops use, bit-identical to quant_avx2_dot_t); without
+ * compiler support for AVX-VNNI the latter is the AVX2 kernel. */
+#define DEFINE_GEMM_AVX2(t) \
     void quant_avx2_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na, \
                              float *y, size_t ldy) \
     { \
         gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_##t), t##_rows, quant_avx2_dot_##t); \
     }
+#ifdef GEMM_HAVE_AVXVNNI
+#define DEFINE_GEMM(t, vdot) \
+    DEFINE_GEMM_AVX2(t) \
+    void quant_avxvnni_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, \
+                                int na, float *y, size_t ldy) \
+    { \
+        gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_##t), t##_rows_vnni, vdot); \
+    }
+#else
+#define DEFINE_GEMM(t, vdot) \
+    DEFINE_GEMM_AVX2(t) \
+    void quant_avxvnni_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, \
+                                int na, float *y, size_t ldy) \
+    { \
+        quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); \
+    }
+#endif
 
 /* ==== Q4_K ====
  * Dot (quant_avx2_dot_q4_K), per super-block: acc_m += dmin * (mins . q8s)
@@ -317,7 +394,7 @@ static inline void store_rows(__m256 v, int nc, float *y, size_t ldy)
  * Here two rows' 4-lane acc_m share one vector (row 2p low half, 2p+1 high
  * half: the same lane operations, half the instructions). */
 static ALWAYS_INLINE void q4_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
-                                 float *y, size_t ldy, const blk_aux *aux)
+                                 float *y, size_t ldy, const blk_aux *aux, const int vnni)
 {
     const block_q4_K *x = vw;
     const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -358,10 +435,8 @@ static ALWAYS_INLINE void q4_K_k(int64_t nb, const void *vw, const uint8_t *a, s
 #pragma GCC unroll 8
             for (int c = 0; c < nc; c++) {
                 const int8_t *q8 = YBLK(c)[i].qs + 64 * j;
-                const __m256i pl = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, load256(q8)));
-                const __m256i ph = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, load256(q8 + 32)));
-                sumi[c] = _mm256_add_epi32(sumi[c], pl);
-                sumi[c] = _mm256_add_epi32(sumi[c], ph);
+                sumi[c] = dp16(vnni, sumi[c], scale_l, _mm256_maddubs_epi16(q4l, load256(q8)));
+                sumi[c] = dp16(vnni, sumi[c], scale_h, _mm256_maddubs_epi16(q4h, load256(q8 + 32)));
                 KEEP(sumi[c]);
             }
         }
@@ -378,7 +453,7 @@ static ALWAYS_INLINE void q4_K_k(int64_t nb, const void *vw, const uint8_t *a, s
     store_rows(_mm256_add_ps(hsum8_rows(v), hsum4_pairs(m)), nc, y, ldy);
 }
 ROWS_DISPATCH(q4_K)
-DEFINE_GEMM(q4_K)
+DEFINE_GEMM(q4_K, quant_avxvnni_dot_q4_K)
 
 /* ==== Q5_K ====
  * Dot (quant_avx2_dot_q5_K), per super-block: summs += dmin * hsum(mins .
@@ -396,7 +471,7 @@ static inline __m256i q5_hbit(__m256i hbits, int k)   /* bit k of each byte -> 0
 }
 
 static ALWAYS_INLINE void q5_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
-                                 float *y, size_t ldy, const blk_aux *aux)
+                                 float *y, size_t ldy, const blk_aux *aux, const int vnni)
 {
     const block_q5_K *x = vw;
     const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -439,10 +514,8 @@ static ALWAYS_INLINE void q5_K_k(int64_t nb, const void *vw, const uint8_t *a, s
 #pragma GCC unroll 8
             for (int c = 0; c < nc; c++) {
                 const int8_t *q8 = YBLK(c)[i].qs + 64 * j;
-                const __m256i p0 = _mm256_madd_epi16(scale_0, _mm256_maddubs_epi16(q0, load256(q8)));
-                const __m256i p1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q1, load256(q8 + 32)));
-                sumi[c] = _mm256_add_epi32(sumi[c], p0);
-                sumi[c] = _mm256_add_epi32(sumi[c], p1);
+                sumi[c] = dp16(vnni, sumi[c], scale_0, _mm256_maddubs_epi16(q0, load256(q8)));
+                sumi[c] = dp16(vnni, sumi[c], scale_1, _mm256_maddubs_epi16(q1, load256(q8 + 32)));
                 KEEP(sumi[c]);
             }
         }
@@ -457,7 +530,7 @@ static ALWAYS_INLINE void q5_K_k(int64_t nb, const void *vw, const uint8_t *a, s
     store_rows(_mm256_add_ps(hsum8_rows(v), summs), nc, y, ldy);   /* both in pair order */
 }
 ROWS_DISPATCH(q5_K)
-DEFINE_GEMM(q5_K)
+DEFINE_GEMM(q5_K, quant_avx2_dot_q5_K)
 
 /* ==== Q6_K ====
  * Dot (quant_avx2_dot_q6_K), per super-block: sumi = sum scale * maddubs(q6,
@@ -479,7 +552,7 @@ static inline __m256i q6_sc_split(void)
 }
 
 static ALWAYS_INLINE void q6_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
-                                 float *y, size_t ldy, const blk_aux *aux)
+                                 float *y, size_t ldy, const blk_aux *aux, const int vnni)
 {
     const block_q6_K *x = vw;
     const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -519,7 +592,7 @@ static ALWAYS_INLINE void q6_K_k(int64_t nb, const void *vw, const uint8_t *a, s
 #pragma GCC unroll 8
                 for (int c = 0; c < nc; c++) {
                     const int8_t *q8 = YBLK(c)[i].qs + 128 * j + 32 * k;
-                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, load256(q8))));
+                    sumi[c] = dp16(vnni, sumi[c], sc, _mm256_maddubs_epi16(q, load256(q8)));
                     KEEP(sumi[c]);
                 }
             }
@@ -534,14 +607,14 @@ static ALWAYS_INLINE void q6_K_k(int64_t nb, const void *vw, const uint8_t *a, s
     store_rows(hsum8_rows(v), nc, y, ldy);
 }
 ROWS_DISPATCH(q6_K)
-DEFINE_GEMM(q6_K)
+DEFINE_GEMM(q6_K, quant_avx2_dot_q6_K)
 
 /* ==== Q2_K ====
  * Dot (quant_avx2_dot_q2_K), per super-block: acc += dmin * (mins . bsums)
  * first, then sumi = sum scale * maddubs(q2, q8), acc += d * sumi (one
  * accumulator, that order). int16: 2 * 3 * 127, no saturation. */
 static ALWAYS_INLINE void q2_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
-                                 float *y, size_t ldy, const blk_aux *aux)
+                                 float *y, size_t ldy, const blk_aux *aux, const int vnni)
 {
     const block_q2_K *x = vw;
     const __m256i m3 = _mm256_set1_epi8(3);
@@ -578,7 +651,7 @@ static ALWAYS_INLINE void q2_K_k(int64_t nb, const void *vw, const uint8_t *a, s
 #pragma GCC unroll 8
                 for (int c = 0; c < nc; c++) {
                     const int8_t *q8 = YBLK(c)[i].qs + 128 * j + 32 * k;
-                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, load256(q8))));
+                    sumi[c] = dp16(vnni, sumi[c], sc, _mm256_maddubs_epi16(q, load256(q8)));
                     KEEP(sumi[c]);
                 }
             }
@@ -593,7 +666,7 @@ static ALWAYS_INLINE void q2_K_k(int64_t nb, const void *vw, const uint8_t *a, s
     store_rows(hsum8_rows(v), nc, y, ldy);
 }
 ROWS_DISPATCH(q2_K)
-DEFINE_GEMM(q2_K)
+DEFINE_GEMM(q2_K, quant_avx2_dot_q2_K)
 
 /* ==== Q3_K ====
  * Dot (quant_avx2_dot_q3_K), per super-block: sumi = sum scale *
@@ -602,7 +675,7 @@ DEFINE_GEMM(q2_K)
  * clear" bytes come from one ANDNOT and one shift (same bytes as the dot's
  * andnot/shift/shift). */
 static ALWAYS_INLINE void q3_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
-                                 float *y, size_t ldy, const blk_aux *aux)
+                                 float *y, size_t ldy, const blk_aux *aux, const int vnni)
 {
     const block_q3_K *x = vw;
     const __m256i m3 = _mm256_set1_epi8(3);
@@ -637,7 +710,7 @@ static ALWAYS_INLINE void q3_K_k(int64_t nb, const void *vw, const uint8_t *a, s
                 for (int c = 0; c < nc; c++) {
                     const __m256i y8 = load256(YBLK(c)[i].qs + 128 * j + 32 * k);
                     const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(ql, y8), _mm256_maddubs_epi16(qh, y8));
-                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sck, p16));
+                    sumi[c] = dp16(vnni, sumi[c], sck, p16);
                     KEEP(sumi[c]);
                 }
             }
@@ -652,4 +725,4 @@ static ALWAYS_INLINE void q3_K_k(int64_t nb, const void *vw, const uint8_t *a, s
     store_rows(hsum8_rows(v), nc, y, ldy);
 }
 ROWS_DISPATCH(q3_K)
-DEFINE_GEMM(q3_K)
+DEFINE_GEMM(q3_K, quant_avx2_dot_q3_K)

@@ -195,6 +195,7 @@ float quant_avx2_dot_q4_K(int64_t n, const void *w, const void *a);
 /* The same dot with AVX-VNNI (vpdpwssd), bit-identical; only for
  * CPU_ISA_AVXVNNI (quant_ops_get checks the CPU). */
 float quant_avxvnni_dot_q4_K(int64_t n, const void *w, const void *a);
+float quant_avxvnni_dot_q5_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q5_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q6_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q8_K(int64_t n, const void *w, const void *a);
@@ -233,5 +234,17 @@ QUANT_GEMM_DECL(q5_K);
 #define QUANT_GEMM_AVX2_Q5_K quant_avx2_gemm_q5_K
 QUANT_GEMM_DECL(q6_K);
 #define QUANT_GEMM_AVX2_Q6_K quant_avx2_gemm_q6_K
+
+/* The same K-quant kernels with AVX-VNNI (vpdpwssd for madd + add: the same
+ * int32 sums), bit-identical to the AVX2 ones; only for CPU_ISA_AVXVNNI
+ * (quant_ops_get checks the CPU). quant_gemm_k_avx2.c; a compiler without
+ * AVX-VNNI support builds them as the AVX2 kernels. */
+#define QUANT_GEMM_DECL_AVXVNNI(t) void quant_avxvnni_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, \
+                                                           const void *a, size_t astride, int na, float *y, size_t ldy)
+QUANT_GEMM_DECL_AVXVNNI(q2_K);
+QUANT_GEMM_DECL_AVXVNNI(q3_K);
+QUANT_GEMM_DECL_AVXVNNI(q4_K);
+QUANT_GEMM_DECL_AVXVNNI(q5_K);
+QUANT_GEMM_DECL_AVXVNNI(q6_K);
 
 #endif

@@ -153,15 +153,15 @@ static int check_shape(const quant_ops *ops, const uint8_t *w, size_t wstride, i
 
 static int g_have_avx2;
 
-static void run_type(int t)
+static void run_type(int t, cpu_isa isa)
 {
     quant_ops ops, aops;
     if (!g_have_avx2) {
         fprintf(stderr, "  note: no AVX2+FMA+F16C on this CPU: %s gemm not run\n", qtype_name(t));
         return;
     }
-    CHECK(quant_ops_get(t, CPU_ISA_AVX2, &ops, NULL) == 0);
-    CHECK(quant_ops_get(ops.dot_type, CPU_ISA_AVX2, &aops, NULL) == 0);
+    CHECK(quant_ops_get(t, isa, &ops, NULL) == 0);
+    CHECK(quant_ops_get(ops.dot_type, isa, &aops, NULL) == 0);
     if (!ops.gemm) {
         fprintf(stderr, "  note: %s has no AVX2 gemm kernel yet: skipped\n", qtype_name(t));
         return;
@@ -200,12 +200,12 @@ done:
  * a chunk is about 128 KB of weights, so at n = 256 even Q2_K's 84-byte
  * rows need > 1560 rows), and many activation rows (several 8-row groups,
  * then a 4 and a ragged rest). */
-static void run_type_big(int t)
+static void run_type_big(int t, cpu_isa isa)
 {
     quant_ops ops, aops;
     if (!g_have_avx2) return;
-    CHECK(quant_ops_get(t, CPU_ISA_AVX2, &ops, NULL) == 0);
-    CHECK(quant_ops_get(ops.dot_type, CPU_ISA_AVX2, &aops, NULL) == 0);
+    CHECK(quant_ops_get(t, isa, &ops, NULL) == 0);
+    CHECK(quant_ops_get(ops.dot_type, isa, &aops, NULL) == 0);
     if (!ops.gemm) return;
     static const struct { int64_t n; int nw, na; } shapes[] = { { 256, 1701, 23 }, { 768, 601, 15 }, { 4096, 203, 23 } };
     for (int k = 0; k < 3; k++) {
@@ -229,12 +229,12 @@ static void run_type_big(int t)
 
 /* Rows longer than the kernels' per-group tables (n > 32768: they fall back
  * to the dot loop) and exactly at the limit. */
-static void run_type_long(int t)
+static void run_type_long(int t, cpu_isa isa)
 {
     quant_ops ops, aops;
     if (!g_have_avx2) return;
-    CHECK(quant_ops_get(t, CPU_ISA_AVX2, &ops, NULL) == 0);
-    CHECK(quant_ops_get(ops.dot_type, CPU_ISA_AVX2, &aops, NULL) == 0);
+    CHECK(quant_ops_get(t, isa, &ops, NULL) == 0);
+    CHECK(quant_ops_get(ops.dot_type, isa, &aops, NULL) == 0);
     if (!ops.gemm) return;
     rng r = { 0x999u + (uint64_t)t };
     static const int64_t ns[] = { 256 * 128, 256 * 129 };
@@ -256,11 +256,23 @@ static void run_type_long(int t)
     }
 }
 
-TEST(test_gemm_q4_K) { run_type(QTYPE_Q4_K); run_type_big(QTYPE_Q4_K); run_type_long(QTYPE_Q4_K); }
-TEST(test_gemm_q6_K) { run_type(QTYPE_Q6_K); run_type_big(QTYPE_Q6_K); run_type_long(QTYPE_Q6_K); }
-TEST(test_gemm_q5_K) { run_type(QTYPE_Q5_K); run_type_big(QTYPE_Q5_K); run_type_long(QTYPE_Q5_K); }
-TEST(test_gemm_q2_K) { run_type(QTYPE_Q2_K); run_type_big(QTYPE_Q2_K); run_type_long(QTYPE_Q2_K); }
-TEST(test_gemm_q3_K) { run_type(QTYPE_Q3_K); run_type_big(QTYPE_Q3_K); run_type_long(QTYPE_Q3_K); }
+/* Each type on the AVX2 kernels and on the AVX-VNNI ones (on a CPU
+ * without AVX-VNNI quant_ops_get hands out AVX2 again: a repeat). */
+static void gemm_both(int t)
+{
+    for (int v = 0; v < 2; v++) {
+        const cpu_isa isa = v ? CPU_ISA_AVXVNNI : CPU_ISA_AVX2;
+        run_type(t, isa);
+        run_type_big(t, isa);
+        run_type_long(t, isa);
+    }
+}
+
+TEST(test_gemm_q4_K) { gemm_both(QTYPE_Q4_K); }
+TEST(test_gemm_q6_K) { gemm_both(QTYPE_Q6_K); }
+TEST(test_gemm_q5_K) { gemm_both(QTYPE_Q5_K); }
+TEST(test_gemm_q2_K) { gemm_both(QTYPE_Q2_K); }
+TEST(test_gemm_q3_K) { gemm_both(QTYPE_Q3_K); }
 
 /* The dispatch itself: every K-quant's AVX2 ops carries a gemm kernel (this
  * file's subject) and the scalar ops carries none. */
@@ -273,6 +285,9 @@ TEST(test_gemm_dispatch)
         if (!g_have_avx2) continue;
         CHECK(quant_ops_get(k_types[i], CPU_ISA_AVX2, &ops, NULL) == 0);
         if (!ops.gemm) fprintf(stderr, "  note: %s: no AVX2 gemm kernel\n", qtype_name(k_types[i]));
+        quant_ops v;
+        CHECK(quant_ops_get(k_types[i], CPU_ISA_AVXVNNI, &v, NULL) == 0);
+        CHECK_MSG(v.gemm != NULL, "%s: AVX-VNNI ops has no gemm", qtype_name(k_types[i]));
     }
 }
 

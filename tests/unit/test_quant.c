@@ -545,23 +545,27 @@ TEST(test_dots_scalar_and_avx2)
      * CPU has AVX-VNNI; elsewhere quant_ops_get hands out the AVX2 kernel),
      * every length from 1 to 12 blocks, random and extreme blocks */
     if (cpu_detect().avxvnni) {
-        quant_ops vops, aops;
-        CHECK(quant_ops_get(QTYPE_Q4_K, CPU_ISA_AVXVNNI, &vops, NULL) == 0);
-        CHECK(quant_ops_get(QTYPE_Q4_K, CPU_ISA_AVX2, &aops, NULL) == 0);
-        int bad = 0, n_cases = 0;
-        for (int nb = 1; nb <= 12; nb++)
-            for (int rw = 0; rw < 2; rw++) {
-                rng r = { (uint64_t)nb * 7919 + (uint64_t)rw };
-                dot_case c;
-                dot_case_init(&c, QTYPE_Q4_K, (int64_t)nb * 256, &r, rw);
-                const float a = aops.dot(c.n, c.w, c.a), v = vops.dot(c.n, c.w, c.a);
-                bad += memcmp(&a, &v, sizeof a) != 0;
-                n_cases++;
-                dot_case_free(&c);
-            }
-        CHECK_MSG(bad == 0, "q4_K avxvnni dot differs from avx2 in %d of %d cases", bad, n_cases);
+        static const int vt[] = { QTYPE_Q4_K, QTYPE_Q5_K };
+        for (int ti = 0; ti < 2; ti++) {
+            quant_ops vops, aops;
+            CHECK(quant_ops_get(vt[ti], CPU_ISA_AVXVNNI, &vops, NULL) == 0);
+            CHECK(quant_ops_get(vt[ti], CPU_ISA_AVX2, &aops, NULL) == 0);
+            int bad = 0, n_cases = 0;
+            for (int nb = 1; nb <= 12; nb++)
+                for (int rw = 0; rw < 2; rw++) {
+                    rng r = { (uint64_t)nb * 7919 + (uint64_t)rw + 100 * (uint64_t)ti };
+                    dot_case c;
+                    dot_case_init(&c, vt[ti], (int64_t)nb * 256, &r, rw);
+                    const float a = aops.dot(c.n, c.w, c.a), v = vops.dot(c.n, c.w, c.a);
+                    bad += memcmp(&a, &v, sizeof a) != 0;
+                    n_cases++;
+                    dot_case_free(&c);
+                }
+            CHECK_MSG(bad == 0, "%s avxvnni dot differs from avx2 in %d of %d cases", qtype_name(vt[ti]), bad,
+                      n_cases);
+        }
     } else {
-        fprintf(stderr, "  (no AVX-VNNI on this CPU: the AVX-VNNI Q4_K dot check skipped)\n");
+        fprintf(stderr, "  (no AVX-VNNI on this CPU: the AVX-VNNI dot checks skipped)\n");
     }
     /* Float dots with a length that is not a multiple of 8 or 32 (tails). */
     for (int ti = 0; ti < 3; ti++) {
