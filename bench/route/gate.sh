@@ -27,7 +27,8 @@
 #                      taskeval -n 64, 16 generated tokens per speed run
 #   --cases FILE       held-out task cases [eval/taskeval_ops.jsonl]
 #   --every N          use every Nth case (1 = all) [1; --quick 6]
-#   --corpus FILE      a teacher-forced corpus (repeatable) [eval/tf_chat.txt, eval/tf_toolcall.txt]
+#   --corpus FILE      a teacher-forced corpus (repeatable) [eval/tf_chat_long.txt, eval/tf_chat.txt,
+#                      eval/tf_toolcall.txt]
 #   --prompt FILE      speed-run prompt [the prompt section of eval/tf_toolcall.txt]
 #   --arena SIZE       arena (K/M/G) [--arena-frac of the model's routed experts, in slots]
 #   --arena-frac F     [0.5] (bench/route/arena.py: slot bytes x layers x experts x F)
@@ -104,7 +105,7 @@ if [ "$QUICK" = 1 ]; then
 else
     : "${PAIRS:=5}" "${WARMUP:=1}" "${EVERY:=1}" "${NPRED:=128}" "${GEN:=64}"
 fi
-[ ${#CORPORA[@]} -gt 0 ] || CORPORA=("$ROOT/eval/tf_chat.txt" "$ROOT/eval/tf_toolcall.txt")
+[ ${#CORPORA[@]} -gt 0 ] || CORPORA=("$ROOT/eval/tf_chat_long.txt" "$ROOT/eval/tf_chat.txt" "$ROOT/eval/tf_toolcall.txt")
 [ -x "$STRATA" ] || die "$STRATA not built (make)"
 [ -f "$MODEL" ] || die "no model file '$MODEL'"
 [ -f "$CASES" ] || die "no case file '$CASES'"

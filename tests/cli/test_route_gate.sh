@@ -41,7 +41,7 @@ check "exact: says no speed can be gained" has "$tmp/out" "the candidate is exac
 check "exact: task passes, parsed from taskeval --compare" \
     grep -q "^(a) task : completed exact 0/6, candidate 0/6; 0 discordant (0 better, 0 worse); one-sided exact sign test (candidate worse) p = 1, alpha 0.05; loss 0 vs margin 0 -> PASS$" "$tmp/out"
 check "exact: KL 0 on both corpora and modes, parsed from kld --json" \
-    grep -q "^(b) KL   : .*tf_chat.txt prompt 0.000000 (top-1 [0-9]*/[0-9]*); tf_chat.txt decode 0.000000 .*tf_toolcall.txt decode 0.000000 (top-1 [0-9]*/[0-9]*); bound < 0.03 -> PASS$" "$tmp/out"
+    grep -q "^(b) KL   : .*tf_chat_long.txt prompt 0.000000 .*tf_chat.txt prompt 0.000000 (top-1 [0-9]*/[0-9]*); tf_chat.txt decode 0.000000 .*tf_toolcall.txt decode 0.000000 (top-1 [0-9]*/[0-9]*); bound < 0.03 -> PASS$" "$tmp/out"
 check "exact: speed FAILS with no gain, parsed from bench-ab" \
     grep -q "^(c) speed: request time exact/candidate median [0-9.]* .*over 2 pairs .*; slots changed by the candidate 0 -> FAIL: no gain: the candidate changed no routing, so any measured difference is noise$" "$tmp/out"
 check "exact: verdict" has "$tmp/out" "^route gate: FAIL (c)$"
@@ -54,7 +54,7 @@ check "harmful candidate: exit 1 (got $rc)" test "$rc" -eq 1
 check "harmful: canonical policy, reads residency" \
     has "$tmp/out" "^route gate: candidate prompt.chunk0=bias(body=0,bonus=8); prompt=bias(body=0,bonus=8); decode=bias(body=0,bonus=8) (reads residency)$"
 check "harmful: KL criterion fails, naming the corpus and mode" \
-    grep -q "^(b) KL   : .* OVER.*bound < 0.0001 -> FAIL: tf_[a-z]*.txt ([a-z]* feeding) drifts [0-9.]* >= 0.0001$" "$tmp/out"
+    grep -q "^(b) KL   : .* OVER.*bound < 0.0001 -> FAIL: tf_[a-z_]*.txt ([a-z]* feeding) drifts [0-9.]* >= 0.0001$" "$tmp/out"
 check "harmful: verdict lists b" grep -q "^route gate: FAIL (.*b.*)$" "$tmp/out"
 check "harmful: speed fails against an unreachable bound" grep -q "^(c) speed: .*-> FAIL: median" "$tmp/out"
 
