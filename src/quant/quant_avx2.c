@@ -574,21 +574,31 @@ static inline __m256i q4k_unpack(__m256i head)
     return _mm256_or_si256(_mm256_or_si256(lo, nib), top);
 }
 
-/* Lanes 2l: d = y.d * h(x.d); lanes 2l+1: y.d * h(x.dmin) = -dmin. */
-static inline __m256 q4k_dm(const block_q4_K *x, const block_q8_K *y)
+/* Q4_K and Q5_K blocks begin with the fp16 pair (d, dmin): dm points at it.
+ * Lanes 2l: d = y.d * h(d); lanes 2l+1: y.d * h(dmin) = -dmin. */
+static inline __m256 kq_dm(const void *dm, const block_q8_K *y)
 {
     float dd;   /* the fp16 pair d, dmin, moved as 4 bytes (a vbroadcastss load) */
-    memcpy(&dd, &x->d, 4);
+    memcpy(&dd, dm, 4);
     const __m128i h = _mm_castps_si128(_mm_set1_ps(dd));
     return _mm256_mul_ps(_mm256_set1_ps(y->d), _mm256_cvtph_ps(h));
+}
+#define q4k_dm(x, y) kq_dm(&(x)->d, (y))
+
+/* One block's mins times the sub-block sums of the activations (from a
+ * broadcast q4k_unpack): int32 lane 2t+1 holds m_t * (bsums[2t] + bsums[2t+1])
+ * split over lanes 2t, 2t+1 (madd pairs). */
+static inline __m256i kq_mins_madd(__m256i sm, const block_q8_K *y)
+{
+    const __m256i mdup = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,   /* m_k x2 */
+                                          12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
+    return _mm256_madd_epi16(_mm256_shuffle_epi8(sm, mdup), _mm256_loadu_si256((const __m256i *)y->bsums));
 }
 
 /* One block's prod (from a broadcast q4k_unpack) as floats in lanes 2t+1. */
 static inline __m256 q4k_mins1(__m256i sm, const block_q8_K *y)
 {
-    const __m256i mdup = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,   /* m_k x2 */
-                                          12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
-    const __m256i p = _mm256_madd_epi16(_mm256_shuffle_epi8(sm, mdup), _mm256_loadu_si256((const __m256i *)y->bsums));
+    const __m256i p = kq_mins_madd(sm, y);
     return _mm256_cvtepi32_ps(_mm256_add_epi32(p, _mm256_slli_epi64(p, 32)));
 }
 
@@ -751,21 +761,12 @@ float quant_avxvnni_dot_q4_K(int64_t n, const void *vw, const void *va) { return
  *     lanes are never read);
  *   - with AVX-VNNI (quant_avxvnni_dot_q5_K): madd + add as one vpdpwssd. */
 
-/* Lanes 2l: d = y.d * h(x.d); lanes 2l+1: y.d * h(x.dmin) = -dmin (q4k_dm). */
-static inline __m256 q5k_dm(const block_q5_K *x, const block_q8_K *y)
-{
-    float dd;
-    memcpy(&dd, &x->d, 4);
-    const __m128i h = _mm_castps_si128(_mm_set1_ps(dd));
-    return _mm256_mul_ps(_mm256_set1_ps(y->d), _mm256_cvtph_ps(h));
-}
+#define q5k_dm(x, y) kq_dm(&(x)->d, (y))   /* the same layout as Q4_K's head */
 
 /* m . ps of one block (from a broadcast q4k_unpack), as a float in all 4 lanes. */
 static inline __m128 q5k_mins1(__m256i sm, const block_q8_K *y)
 {
-    const __m256i mdup = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,   /* m_k x2 */
-                                          12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
-    const __m256i p = _mm256_madd_epi16(_mm256_shuffle_epi8(sm, mdup), _mm256_loadu_si256((const __m256i *)y->bsums));
+    const __m256i p = kq_mins_madd(sm, y);
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
