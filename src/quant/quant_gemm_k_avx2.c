@@ -55,7 +55,8 @@
  * Rows longer than AUX_BLOCKS super-blocks (n > 32768) take the dot loop.
  * The single-row dots are the reference; tests/unit/test_gemm_k.c checks
  * every output bitwise against them (bench/gemm.c measures the speed). No
- * allocation (24 KB of stack), no state. */
+ * allocation (24 KB of stack, 40 KB with Q4_K's packed activations,
+ * q4_K_kx), no state. */
 #include "quant/quant_impl.h"
 
 #include <immintrin.h>
@@ -452,7 +453,109 @@ static ALWAYS_INLINE void q4_K_k(int64_t nb, const void *vw, const uint8_t *a, s
     for (int p = 0; p < NA_BLK / 2; p++) m[p] = p < np ? acc_m[p] : _mm256_setzero_ps();
     store_rows(_mm256_add_ps(hsum8_rows(v), hsum4_pairs(m)), nc, y, ldy);
 }
-ROWS_DISPATCH(q4_K)
+/* Packed-activation form of q4_K_k, for rows of at most Q4X_BLOCKS
+ * super-blocks (n <= 2048: the MoE shapes). The rows function copies the
+ * group's quants once into q8x (super-block i of row c at (i * NA_BLK + c) *
+ * QK_K), so that every activation load of the inner loop is one base
+ * pointer plus a constant displacement: no per-row pointer set-up (8
+ * pointers, and their spills, per weight row) and no per-row pointer
+ * increments per super-block, which at n = 256..768 was a large share of
+ * the fixed work. The arithmetic is q4_K_k's, operation for operation. */
+#define Q4X_BLOCKS 8
+static ALWAYS_INLINE void q4_K_kx(int64_t nb, const void *vw, const int8_t *q8x, const int nc, float *y, size_t ldy,
+                                  const blk_aux *aux, const int vnni)
+{
+    const block_q4_K *x = vw;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const int np = (nc + 1) / 2;
+    __m256 acc[NA_BLK], acc_m[NA_BLK / 2];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int p = 0; p < np; p++) acc_m[p] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_aux *ax = aux + i;
+        const __m128i head = _mm_loadu_si128((const __m128i *)&x[i]);   /* d, dmin, scales[12] */
+        const __m128 dh = _mm_cvtph_ps(head);                            /* h2f(x.d), h2f(x.dmin), . . */
+        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_broadcastss_ps(dh));
+        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_broadcastss_ps(_mm_movehdup_ps(dh)));
+        const __m256i sm = k4_scales_mins(head);
+        const __m256i scales = _mm256_shuffle_epi8(sm, k4_sc32()), mins2 = _mm256_shuffle_epi8(sm, k4_mins16());
+#pragma GCC unroll 4
+        for (int p = 0; p < np; p++) {
+            const __m256i prod = _mm256_madd_epi16(mins2, load256(&ax->q8s[2 * p]));
+            acc_m[p] = _mm256_fmadd_ps(lane_pair(vdmin8, p), _mm256_cvtepi32_ps(prod), acc_m[p]);
+        }
+        bcast_buf sb;
+        _mm256_store_si256((__m256i *)sb.i, scales);
+        _mm256_store_ps(sb.f, vd8);
+        BCAST_BARRIER(sb);
+        __m256i sumi[NA_BLK];   /* set by j = 0 */
+        const uint8_t *q4 = x[i].qs;
+#pragma GCC unroll 4
+        for (int j = 0; j < QK_K / 64; j++, q4 += 32) {
+            const __m256i scale_l = _mm256_set1_epi32(sb.i[2 * j]);
+            const __m256i scale_h = _mm256_set1_epi32(sb.i[2 * j + 1]);
+            const __m256i bits = load256(q4);
+            const __m256i q4l = _mm256_and_si256(bits, m4);
+            const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+#pragma GCC unroll 8
+            for (int c = 0; c < nc; c++) {
+                const int8_t *q8 = q8x + ((size_t)i * NA_BLK + (size_t)c) * QK_K + 64 * j;
+                /* the first step is the madd itself (0 + madd: exact), so
+                 * that no zeroed register is copied per row and block */
+                const __m256i p0 = _mm256_maddubs_epi16(q4l, load256(q8));
+                sumi[c] = j == 0 ? _mm256_madd_epi16(scale_l, p0) : dp16(vnni, sumi[c], scale_l, p0);
+                sumi[c] = dp16(vnni, sumi[c], scale_h, _mm256_maddubs_epi16(q4h, load256(q8 + 32)));
+                KEEP(sumi[c]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++)
+            acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sb.f[c]), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+    }
+    /* y = hsum_f32_8(acc) + hsum_f32_4(acc_m), all rows at once */
+    __m256 v[NA_BLK], m[NA_BLK / 2];
+#pragma GCC unroll 8
+    for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int p = 0; p < NA_BLK / 2; p++) m[p] = p < np ? acc_m[p] : _mm256_setzero_ps();
+    store_rows(_mm256_add_ps(hsum8_rows(v), hsum4_pairs(m)), nc, y, ldy);
+}
+#define Q4_ROWS_LOOPX(NC, VNNI) \
+    for (int r = 0; r < nr; r++) q4_K_kx(nb, (const uint8_t *)w + (size_t)r * wstride, q8x, NC, y + r, ldy, aux, VNNI)
+#define Q4_ROWS_FN(name, attr, VNNI) \
+    attr static void name(int64_t nb, const void *w, size_t wstride, int nr, const uint8_t *a, size_t astride, \
+                          int nc, float *y, size_t ldy, const blk_aux *aux) \
+    { \
+        if (nb > Q4X_BLOCKS) { \
+            switch (nc) { \
+            case 8: ROWS_LOOP(q4_K, 8, VNNI); break; \
+            case 4: ROWS_LOOP(q4_K, 4, VNNI); break; \
+            case 3: ROWS_LOOP(q4_K, 3, VNNI); break; \
+            default: ROWS_LOOP(q4_K, 2, VNNI); break; \
+            } \
+            return; \
+        } \
+        _Alignas(32) int8_t q8x[Q4X_BLOCKS * NA_BLK * QK_K]; \
+        for (int64_t i = 0; i < nb; i++) \
+            for (int c = 0; c < nc; c++) { \
+                const int8_t *src = YBLK(c)[i].qs; \
+                int8_t *dst = q8x + ((size_t)i * NA_BLK + (size_t)c) * QK_K; \
+                for (int k = 0; k < QK_K; k += 32) \
+                    _mm256_store_si256((__m256i *)(dst + k), load256(src + k)); \
+            } \
+        switch (nc) { \
+        case 8: Q4_ROWS_LOOPX(8, VNNI); break; \
+        case 4: Q4_ROWS_LOOPX(4, VNNI); break; \
+        case 3: Q4_ROWS_LOOPX(3, VNNI); break; \
+        default: Q4_ROWS_LOOPX(2, VNNI); break; \
+        } \
+    }
+Q4_ROWS_FN(q4_K_rows, , 0)
+#ifdef GEMM_HAVE_AVXVNNI
+Q4_ROWS_FN(q4_K_rows_vnni, GEMM_TARGET_VNNI, 1)
+#endif
 DEFINE_GEMM(q4_K, quant_avxvnni_dot_q4_K)
 
 /* ==== Q5_K ====
