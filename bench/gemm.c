@@ -98,32 +98,29 @@ static void gen_floats(uint64_t *s, float *x, int64_t n)
  * fp32: 12 independent FMA accumulator chains (enough for FMA latency x
  * throughput on current cores), 12 x 16 ops per iteration. */
 #define PROBE_CHAINS 6
+/* The int8 probes' common parts: x = 1, y = 2 (bytes), ones (int16), six
+ * zeroed accumulators ymm9..14, the loop label; and their operands. */
+#define I8_SETUP \
+    "vpcmpeqb %%ymm0, %%ymm0, %%ymm0\n\t" "vpabsb %%ymm0, %%ymm0\n\t" "vpaddb %%ymm0, %%ymm0, %%ymm1\n\t" \
+    "vpcmpeqw %%ymm2, %%ymm2, %%ymm2\n\t" "vpabsw %%ymm2, %%ymm2\n\t" \
+    "vpxor %%ymm9, %%ymm9, %%ymm9\n\t" "vpxor %%ymm10, %%ymm10, %%ymm10\n\t" "vpxor %%ymm11, %%ymm11, %%ymm11\n\t" \
+    "vpxor %%ymm12, %%ymm12, %%ymm12\n\t" "vpxor %%ymm13, %%ymm13, %%ymm13\n\t" \
+    "vpxor %%ymm14, %%ymm14, %%ymm14\n\t" "1:\n\t"
+#define I8_CLOBBERS \
+    : "+r"(iters) : : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
+      "xmm11", "xmm12", "xmm13", "xmm14", "cc"
 #define FMA_CHAINS 12
 #define I8(t, acc) "vpmaddubsw %%ymm1, %%ymm0, %%ymm" #t "\n\t" "vpmaddwd %%ymm2, %%ymm" #t ", %%ymm" #t "\n\t" \
                    "vpaddd %%ymm" #t ", %%ymm" #acc ", %%ymm" #acc "\n\t"
 __attribute__((noinline)) static void int8_chains(long iters)
 {
     __asm__ volatile(
-        "vpcmpeqb %%ymm0, %%ymm0, %%ymm0\n\t"
-        "vpabsb %%ymm0, %%ymm0\n\t"          /* x = 1 */
-        "vpaddb %%ymm0, %%ymm0, %%ymm1\n\t"  /* y = 2 */
-        "vpcmpeqw %%ymm2, %%ymm2, %%ymm2\n\t"
-        "vpabsw %%ymm2, %%ymm2\n\t"          /* ones (int16) */
-        "vpxor %%ymm9, %%ymm9, %%ymm9\n\t"
-        "vpxor %%ymm10, %%ymm10, %%ymm10\n\t"
-        "vpxor %%ymm11, %%ymm11, %%ymm11\n\t"
-        "vpxor %%ymm12, %%ymm12, %%ymm12\n\t"
-        "vpxor %%ymm13, %%ymm13, %%ymm13\n\t"
-        "vpxor %%ymm14, %%ymm14, %%ymm14\n\t"
-        "1:\n\t"
+        I8_SETUP
         I8(3, 9) I8(4, 10) I8(5, 11) I8(6, 12) I8(7, 13) I8(8, 14)
         "dec %0\n\t"
         "jnz 1b\n\t"
         "vzeroupper\n\t"
-        : "+r"(iters)
-        :
-        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-          "xmm12", "xmm13", "xmm14", "cc");
+        I8_CLOBBERS);
 }
 #undef I8
 
@@ -167,26 +164,12 @@ __attribute__((noinline)) static void fp32_chains(long iters)
 __attribute__((noinline)) static void int8_vnni_chains(long iters)
 {
     __asm__ volatile(
-        "vpcmpeqb %%ymm0, %%ymm0, %%ymm0\n\t"
-        "vpabsb %%ymm0, %%ymm0\n\t"          /* x = 1 */
-        "vpaddb %%ymm0, %%ymm0, %%ymm1\n\t"  /* y = 2 */
-        "vpcmpeqw %%ymm2, %%ymm2, %%ymm2\n\t"
-        "vpabsw %%ymm2, %%ymm2\n\t"          /* ones (int16) */
-        "vpxor %%ymm9, %%ymm9, %%ymm9\n\t"
-        "vpxor %%ymm10, %%ymm10, %%ymm10\n\t"
-        "vpxor %%ymm11, %%ymm11, %%ymm11\n\t"
-        "vpxor %%ymm12, %%ymm12, %%ymm12\n\t"
-        "vpxor %%ymm13, %%ymm13, %%ymm13\n\t"
-        "vpxor %%ymm14, %%ymm14, %%ymm14\n\t"
-        "1:\n\t"
+        I8_SETUP
         VN(3, 9) VN(4, 10) VN(5, 11) VN(6, 12) VN(7, 13) VN(8, 14)
         "dec %0\n\t"
         "jnz 1b\n\t"
         "vzeroupper\n\t"
-        : "+r"(iters)
-        :
-        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-          "xmm12", "xmm13", "xmm14", "cc");
+        I8_CLOBBERS);
 }
 #undef VN
 
