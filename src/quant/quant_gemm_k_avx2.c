@@ -394,76 +394,14 @@ static inline void store_rows(__m256 v, int nc, float *y, size_t ldy)
  * result hsum(acc) + hsum(acc_m). int16: 2 * 15 * 127 = 3810, no saturation.
  * Here two rows' 4-lane acc_m share one vector (row 2p low half, 2p+1 high
  * half: the same lane operations, half the instructions). */
-static ALWAYS_INLINE void q4_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
-                                 float *y, size_t ldy, const blk_aux *aux, const int vnni)
-{
-    const block_q4_K *x = vw;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    const int np = (nc + 1) / 2;
-    __m256 acc[NA_BLK], acc_m[NA_BLK / 2];
-#pragma GCC unroll 8
-    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int p = 0; p < np; p++) acc_m[p] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const blk_aux *ax = aux + i;
-        const __m128i head = _mm_loadu_si128((const __m128i *)&x[i]);   /* d, dmin, scales[12] */
-        const __m128 dh = _mm_cvtph_ps(head);                            /* h2f(x.d), h2f(x.dmin), . . */
-        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_broadcastss_ps(dh));
-        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_broadcastss_ps(_mm_movehdup_ps(dh)));
-        const __m256i sm = k4_scales_mins(head);
-        const __m256i scales = _mm256_shuffle_epi8(sm, k4_sc32()), mins2 = _mm256_shuffle_epi8(sm, k4_mins16());
-#pragma GCC unroll 4
-        for (int p = 0; p < np; p++) {
-            const __m256i prod = _mm256_madd_epi16(mins2, load256(&ax->q8s[2 * p]));
-            acc_m[p] = _mm256_fmadd_ps(lane_pair(vdmin8, p), _mm256_cvtepi32_ps(prod), acc_m[p]);
-        }
-        bcast_buf sb;
-        _mm256_store_si256((__m256i *)sb.i, scales);
-        _mm256_store_ps(sb.f, vd8);
-        BCAST_BARRIER(sb);
-        __m256i sumi[NA_BLK];
-#pragma GCC unroll 8
-        for (int c = 0; c < nc; c++) sumi[c] = _mm256_setzero_si256();
-        const uint8_t *q4 = x[i].qs;
-#pragma GCC unroll 4
-        for (int j = 0; j < QK_K / 64; j++, q4 += 32) {
-            const __m256i scale_l = _mm256_set1_epi32(sb.i[2 * j]);
-            const __m256i scale_h = _mm256_set1_epi32(sb.i[2 * j + 1]);
-            const __m256i bits = load256(q4);
-            const __m256i q4l = _mm256_and_si256(bits, m4);
-            const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-#pragma GCC unroll 8
-            for (int c = 0; c < nc; c++) {
-                const int8_t *q8 = YBLK(c)[i].qs + 64 * j;
-                sumi[c] = dp16(vnni, sumi[c], scale_l, _mm256_maddubs_epi16(q4l, load256(q8)));
-                sumi[c] = dp16(vnni, sumi[c], scale_h, _mm256_maddubs_epi16(q4h, load256(q8 + 32)));
-                KEEP(sumi[c]);
-            }
-        }
-#pragma GCC unroll 8
-        for (int c = 0; c < nc; c++)
-            acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sb.f[c]), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-    }
-    /* y = hsum_f32_8(acc) + hsum_f32_4(acc_m), all rows at once */
-    __m256 v[NA_BLK], m[NA_BLK / 2];
-#pragma GCC unroll 8
-    for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int p = 0; p < NA_BLK / 2; p++) m[p] = p < np ? acc_m[p] : _mm256_setzero_ps();
-    store_rows(_mm256_add_ps(hsum8_rows(v), hsum4_pairs(m)), nc, y, ldy);
-}
-/* Packed-activation form of q4_K_k, for rows of at most Q4X_BLOCKS
- * super-blocks (n <= 2048: the MoE shapes). The rows function copies the
- * group's quants once into q8x (super-block i of row c at (i * NA_BLK + c) *
- * QK_K), so that every activation load of the inner loop is one base
- * pointer plus a constant displacement: no per-row pointer set-up (8
- * pointers, and their spills, per weight row) and no per-row pointer
- * increments per super-block, which at n = 256..768 was a large share of
- * the fixed work. The arithmetic is q4_K_k's, operation for operation. */
-#define Q4X_BLOCKS 8
-static ALWAYS_INLINE void q4_K_kx(int64_t nb, const void *vw, const int8_t *q8x, const int nc, float *y, size_t ldy,
-                                  const blk_aux *aux, const int vnni)
+/* The Q4_K kernel of nc activation rows for one weight row. The
+ * activations come either from the rows themselves (a, astride) or, when
+ * q8x is given, from the packed copy described below (q4_K_kx); the
+ * arithmetic is the same, operation for operation. Each block's first
+ * step is the madd itself (0 + madd: exact), so no zeroed register is
+ * copied per row and block. */
+static ALWAYS_INLINE void q4_K_core(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int8_t *q8x,
+                                    const int nc, float *y, size_t ldy, const blk_aux *aux, const int vnni)
 {
     const block_q4_K *x = vw;
     const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -501,9 +439,8 @@ static ALWAYS_INLINE void q4_K_kx(int64_t nb, const void *vw, const int8_t *q8x,
             const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
 #pragma GCC unroll 8
             for (int c = 0; c < nc; c++) {
-                const int8_t *q8 = q8x + ((size_t)i * NA_BLK + (size_t)c) * QK_K + 64 * j;
-                /* the first step is the madd itself (0 + madd: exact), so
-                 * that no zeroed register is copied per row and block */
+                const int8_t *q8 = q8x ? q8x + ((size_t)i * NA_BLK + (size_t)c) * QK_K + 64 * j
+                                       : YBLK(c)[i].qs + 64 * j;
                 const __m256i p0 = _mm256_maddubs_epi16(q4l, load256(q8));
                 sumi[c] = j == 0 ? _mm256_madd_epi16(scale_l, p0) : dp16(vnni, sumi[c], scale_l, p0);
                 sumi[c] = dp16(vnni, sumi[c], scale_h, _mm256_maddubs_epi16(q4h, load256(q8 + 32)));
@@ -521,6 +458,27 @@ static ALWAYS_INLINE void q4_K_kx(int64_t nb, const void *vw, const int8_t *q8x,
 #pragma GCC unroll 4
     for (int p = 0; p < NA_BLK / 2; p++) m[p] = p < np ? acc_m[p] : _mm256_setzero_ps();
     store_rows(_mm256_add_ps(hsum8_rows(v), hsum4_pairs(m)), nc, y, ldy);
+}
+
+static ALWAYS_INLINE void q4_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
+                                 float *y, size_t ldy, const blk_aux *aux, const int vnni)
+{
+    q4_K_core(nb, vw, a, astride, NULL, nc, y, ldy, aux, vnni);
+}
+
+/* Packed-activation form of q4_K_k, for rows of at most Q4X_BLOCKS
+ * super-blocks (n <= 2048: the MoE shapes). The rows function copies the
+ * group's quants once into q8x (super-block i of row c at (i * NA_BLK + c) *
+ * QK_K), so that every activation load of the inner loop is one base
+ * pointer plus a constant displacement: no per-row pointer set-up (8
+ * pointers, and their spills, per weight row) and no per-row pointer
+ * increments per super-block, which at n = 256..768 was a large share of
+ * the fixed work. The arithmetic is q4_K_core's. */
+#define Q4X_BLOCKS 8
+static ALWAYS_INLINE void q4_K_kx(int64_t nb, const void *vw, const int8_t *q8x, const int nc, float *y, size_t ldy,
+                                  const blk_aux *aux, const int vnni)
+{
+    q4_K_core(nb, vw, NULL, 0, q8x, nc, y, ldy, aux, vnni);
 }
 #define Q4_ROWS_LOOPX(NC, VNNI) \
     for (int r = 0; r < nr; r++) q4_K_kx(nb, (const uint8_t *)w + (size_t)r * wstride, q8x, NC, y + r, ldy, aux, VNNI)
