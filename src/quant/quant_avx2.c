@@ -616,24 +616,34 @@ static inline void q4k_scales1(__m256i sm, int32_t sb[8])
 #define Q4K_FORGET(b) ((void)0)
 #endif
 
+/* The K-quant sums' int32 step s + madd(scale16, prods16): vpmaddwd +
+ * vpaddd, or AVX-VNNI's vpdpwssd (the same int32 sums, no saturation; only
+ * inside Q4K_TARGET_VNNI functions). */
+#define KQ_ACC_MADD(s, a, b) _mm256_add_epi32(s, _mm256_madd_epi16(a, b))
+#define KQ_ACC_VNNI(s, a, b) _mm256_dpwssd_avx_epi32(s, a, b)
+
 /* sumi of one block; scales s = 0..3 at lo[s], 4..7 at hi[s - 4]. Two
- * accumulators (even and odd sub-blocks), added at the end: exact. */
+ * accumulators (even and odd sub-blocks), added at the end: exact. ACC is
+ * KQ_ACC_MADD or KQ_ACC_VNNI. */
+#define Q4K_SUMI_BODY(ACC)                                                                                      \
+    const __m256i m4 = _mm256_set1_epi8(0xF);                                                                   \
+    __m256i sl = _mm256_setzero_si256(), sh = _mm256_setzero_si256();                                           \
+    _Pragma("GCC unroll 4")                                                                                     \
+    for (int j = 0; j < QK_K / 64; j++, q4 += 32, q8 += 64) {                                                   \
+        const int32_t *sc = j < 2 ? lo + 2 * j : hi + 2 * j - 4;                                                \
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);                                           \
+        const __m256i q4l = _mm256_and_si256(bits, m4);                                                        \
+        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);                                  \
+        const __m256i pl = _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *)q8));                  \
+        const __m256i ph = _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *)(q8 + 32)));           \
+        sl = ACC(sl, _mm256_set1_epi32(sc[0]), pl);                                                             \
+        sh = ACC(sh, _mm256_set1_epi32(sc[1]), ph);                                                             \
+    }                                                                                                           \
+    return _mm256_add_epi32(sl, sh)
+
 static inline __m256i q4k_sumi_avx2(const uint8_t *q4, const int8_t *q8, const int32_t *lo, const int32_t *hi)
 {
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256i sl = _mm256_setzero_si256(), sh = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int j = 0; j < QK_K / 64; j++, q4 += 32, q8 += 64) {
-        const int32_t *sc = j < 2 ? lo + 2 * j : hi + 2 * j - 4;
-        const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
-        const __m256i q4l = _mm256_and_si256(bits, m4);
-        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-        const __m256i pl = _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *)q8));
-        const __m256i ph = _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-        sl = _mm256_add_epi32(sl, _mm256_madd_epi16(_mm256_set1_epi32(sc[0]), pl));
-        sh = _mm256_add_epi32(sh, _mm256_madd_epi16(_mm256_set1_epi32(sc[1]), ph));
-    }
-    return _mm256_add_epi32(sl, sh);
+    Q4K_SUMI_BODY(KQ_ACC_MADD);
 }
 
 /* One super-block: acc and acc_m updated with block xb, yb. */
@@ -672,20 +682,7 @@ float quant_avx2_dot_q4_K(int64_t n, const void *vw, const void *va)
 Q4K_TARGET_VNNI static inline __m256i q4k_sumi_vnni(const uint8_t *q4, const int8_t *q8, const int32_t *lo,
                                                     const int32_t *hi)
 {
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256i sl = _mm256_setzero_si256(), sh = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int j = 0; j < QK_K / 64; j++, q4 += 32, q8 += 64) {
-        const int32_t *sc = j < 2 ? lo + 2 * j : hi + 2 * j - 4;
-        const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
-        const __m256i q4l = _mm256_and_si256(bits, m4);
-        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-        const __m256i pl = _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *)q8));
-        const __m256i ph = _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-        sl = _mm256_dpwssd_avx_epi32(sl, _mm256_set1_epi32(sc[0]), pl);
-        sh = _mm256_dpwssd_avx_epi32(sh, _mm256_set1_epi32(sc[1]), ph);
-    }
-    return _mm256_add_epi32(sl, sh);
+    Q4K_SUMI_BODY(KQ_ACC_VNNI);
 }
 
 /* Two super-blocks per iteration: heads of blocks i and i+1 in the two
@@ -803,12 +800,10 @@ static inline __m128 q5k_mins1(__m256i sm, const block_q8_K *y)
     Q5K_STEP(ACC, 3);                                                                                           \
     return _mm256_add_epi32(sl, sh)
 
-#define Q5K_ACC_MADD(s, a, b) _mm256_add_epi32(s, _mm256_madd_epi16(a, b))
-
 static inline __m256i q5k_sumi_avx2(const uint8_t *q5, const uint8_t *qh, const int8_t *q8, const int32_t *lo,
                                     const int32_t *hi)
 {
-    Q5K_SUMI_BODY(Q5K_ACC_MADD);
+    Q5K_SUMI_BODY(KQ_ACC_MADD);
 }
 
 /* One super-block: acc and summs updated with block xb, yb. */
@@ -873,13 +868,12 @@ float quant_avx2_dot_q5_K(int64_t n, const void *vw, const void *va)
 }
 
 #ifdef Q4K_HAVE_AVXVNNI
-#define Q5K_ACC_VNNI(s, a, b) _mm256_dpwssd_avx_epi32(s, a, b)
 
 /* q5k_sumi_avx2 with madd + add as one vpdpwssd (the same int32 sums). */
 Q4K_TARGET_VNNI static inline __m256i q5k_sumi_vnni(const uint8_t *q5, const uint8_t *qh, const int8_t *q8,
                                                     const int32_t *lo, const int32_t *hi)
 {
-    Q5K_SUMI_BODY(Q5K_ACC_VNNI);
+    Q5K_SUMI_BODY(KQ_ACC_VNNI);
 }
 
 Q4K_TARGET_VNNI float quant_avxvnni_dot_q5_K(int64_t n, const void *vw, const void *va)
