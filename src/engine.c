@@ -6,9 +6,11 @@
  * mapping's file-changed check), the tokenizer, the hyper-parameters, the
  * weights (mapped, or the non-expert part read into memory when
  * streaming), the expert source (the mapping's, or the expert store with its
- * layout and I/O engine), the thread pool, the f16->f32 table of the
- * attention kernels and a copy of the chat template. All of it is built in
- * engine_open; afterwards only the store's residency and counters change. */
+ * layout and I/O engine: the CPU's streaming arena, or the host tier under a
+ * device backend's arena), the device backend's model, the thread pool, the
+ * f16->f32 table of the attention kernels and a copy of the chat template.
+ * All of it is built in engine_open; afterwards only the store's residency
+ * and counters (and the backend's arena) change. */
 #include "engine.h"
 
 #include <inttypes.h>
@@ -59,6 +61,7 @@ struct engine {
     backend_model *bm;           /* its model (owned) */
     char           be_desc[256]; /* its describe() line */
     int            be_sessions;  /* sessions holding the device timeline (0 or 1) */
+    uint64_t       gpu_arena_bytes; /* the device's expert arena as asked (0: all on the device) */
 };
 
 /* "1.23 GB" / "45.6 MB" / "789 kB" (decimal units). */
@@ -92,6 +95,27 @@ static void describe(engine *eng)
     if (o < sizeof eng->desc) snprintf(eng->desc + o, sizeof eng->desc - o, ")");
 }
 
+/* The backend's arena counters (zeros without a backend, or one without
+ * stats). */
+static void backend_stats_of(const engine *eng, backend_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (eng->be && eng->be->stats) eng->be->stats(eng->bm, out);
+}
+
+/* How the host tier's memory is held for the device's copies: "pinned",
+ * "pageable" (the system refused to page-lock it), or "N GB of it pinned". */
+static const char *host_tier_pinning(const engine *eng, char *buf, size_t cap)
+{
+    backend_stats st;
+    backend_stats_of(eng, &st);
+    char b[32];
+    if (st.pinned_bytes >= eng->mem.arena) snprintf(buf, cap, "pinned");
+    else if (st.pinned_bytes == 0) snprintf(buf, cap, "pageable");
+    else snprintf(buf, cap, "%s of it pinned", human_bytes(b, sizeof b, (double)st.pinned_bytes));
+    return buf;
+}
+
 static void print_summary(const engine *eng, const char *path, FILE *log)
 {
     const hparams *hp = &eng->hp;
@@ -104,7 +128,13 @@ static void print_summary(const engine *eng, const char *path, FILE *log)
             hp->n_ff_exp, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_vocab, hp->n_ctx_train);
     char b1[32], b2[32], b3[32], b4[32], b5[32];
     const double np = (double)w->n_params;
-    if (eng->store)
+    if (eng->store && eng->be)
+        fprintf(log, "strata: %s; %.2f %s params, routed experts %s, streamed from the %s through the host cache "
+                "into the GPU's expert arena%s\n",
+                eng->desc, np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M",
+                human_bytes(b1, sizeof b1, (double)w->expert_bytes), eng->src_desc,
+                w->output_tied ? ", head tied to token_embd" : "");
+    else if (eng->store)
         fprintf(log, "strata: %s; %.2f %s params, routed experts %s, streamed from the %s%s\n",
                 eng->desc, np >= 1e9 ? np / 1e9 : np / 1e6, np >= 1e9 ? "B" : "M",
                 human_bytes(b1, sizeof b1, (double)w->expert_bytes), eng->src_desc,
@@ -118,7 +148,16 @@ static void print_summary(const engine *eng, const char *path, FILE *log)
     fprintf(log, "strata: %d threads, isa %s, ctx %d, batch %d, KV cache %s/%s (%s per session)\n",
             eng->n_threads, cpu_isa_name(eng->isa), env->n_ctx, env->n_batch, env->k_f16 ? "f16" : "f32",
             env->v_f16 ? "f16" : "f32", human_bytes(b2, sizeof b2, (double)m->kv));
-    if (eng->store) {
+    if (eng->store && eng->be) {   /* the host tier under the device's arena; KV cache and scratch on the device */
+        char pin[64];
+        fprintf(log, "strata: host memory: non-expert weights %s (read into memory), host cache %s (%s) under "
+                "the GPU's expert arena of %s\n",
+                human_bytes(b1, sizeof b1, (double)m->weights), human_bytes(b2, sizeof b2, (double)m->arena),
+                host_tier_pinning(eng, pin, sizeof pin), human_bytes(b3, sizeof b3, (double)eng->gpu_arena_bytes));
+        char line[768];
+        xstore_init_line(eng->store, line, sizeof line);
+        fprintf(log, "strata: host cache: %s\n", line);
+    } else if (eng->store) {
         fprintf(log, "strata: memory: non-expert weights %s (read into memory), expert arena %s, KV cache %s "
                 "and forward scratch %s per session: %s with one session\n",
                 human_bytes(b1, sizeof b1, (double)m->weights), human_bytes(b2, sizeof b2, (double)m->arena),
@@ -177,8 +216,58 @@ static uint64_t available_memory(void)
     return avail;
 }
 
-/* Streaming: the layout, the arena size, the store, the warm fill. */
-static int open_store(engine *eng, const engine_opts *o, err *e)
+/* The options of the expert tiers (engine_opts: streaming, the device
+ * backend, its arena and the host tier under it), checked against each
+ * other and against the model's layer count before anything is loaded.
+ * ERR_USAGE with a message naming the CLI flags. */
+static int check_tier_opts(const engine_opts *o, int n_layer, err *e)
+{
+    if (o->read_ahead < 0) return err_setf(e, ERR_USAGE, "read-ahead %d is negative", o->read_ahead);
+    if (o->stream && o->arena_auto && o->arena_bytes)
+        return err_setf(e, ERR_USAGE, "give an arena size or auto, not both");
+    if (o->gpu_arena_bytes && !o->backend)
+        return err_setf(e, ERR_USAGE, "--gpu-arena sizes the GPU's expert arena: it needs --gpu (build/cuda/strata)");
+    if (o->host_cache_bytes && !o->backend)
+        return err_setf(e, ERR_USAGE, "--host-cache is the host tier under the GPU's expert arena: it needs --gpu "
+                        "(build/cuda/strata) and --gpu-arena SIZE");
+    if (!o->backend) {
+        if (!o->stream && (o->arena_bytes || o->arena_auto || o->read_ahead || o->profile_path))
+            return err_setf(e, ERR_USAGE, "arena, read-ahead and profile options need expert streaming");
+        return 0;
+    }
+    const char *name = o->backend->name;
+    const int arena = o->stream || o->arena_bytes || o->arena_auto;   /* --arena given */
+    if (arena && o->host_cache_bytes)
+        return err_setf(e, ERR_USAGE, "--arena and --host-cache both size the expert store: on the GPU it is "
+                        "sized by --host-cache SIZE alone");
+    if (arena)
+        return err_setf(e, ERR_USAGE, "the %s backend does not stream through --arena: the host-RAM tier under "
+                        "the GPU's expert arena is --host-cache SIZE (with --gpu-arena SIZE)", name);
+    if (o->host_cache_bytes && !o->gpu_arena_bytes)
+        return err_setf(e, ERR_USAGE, "--host-cache is the host tier under the GPU's expert arena: it needs "
+                        "--gpu-arena SIZE");
+    if (o->read_ahead && !o->gpu_arena_bytes)
+        return err_setf(e, ERR_USAGE, "read-ahead on the %s backend prefetches into its expert arena: it needs "
+                        "--gpu-arena SIZE", name);
+    if (o->read_ahead && o->read_ahead_from == ENGINE_RA_INPUT)
+        return err_setf(e, ERR_USAGE, "the %s backend's read-ahead runs the next layer's router on this layer's "
+                        "post-attention residual: --read-ahead-from input is not available on it", name);
+    if (o->profile_path && !o->host_cache_bytes)
+        return err_setf(e, ERR_USAGE, "a profile fills the expert store: with the %s backend it needs "
+                        "--host-cache SIZE", name);
+    if (o->gpu_layers > 0 && o->gpu_layers < n_layer)
+        return err_setf(e, ERR_USAGE, "the %s backend takes every layer: %d GPU layers of %d (partial "
+                        "offload) is not supported; use -ngl %d or more (or -ngl 0 for the CPU)",
+                        name, o->gpu_layers, n_layer, n_layer);
+    if (o->kv_type_k != o->kv_type_v)
+        return err_setf(e, ERR_USAGE, "the %s backend needs one KV cache type for K and V", name);
+    return 0;
+}
+
+/* The expert store: the layout, the arena size (arena_bytes, or auto), the
+ * store, the warm fill. The CPU's streaming store, or the host tier under a
+ * backend's device arena (the same store, sized by host_cache_bytes). */
+static int open_store(engine *eng, const engine_opts *o, uint64_t arena_bytes, err *e)
 {
     xlayout_opts xo = { .sidecar_path = o->sidecar_path, .no_sidecar = o->no_sidecar, .direct = !o->no_direct };
     int rc = xlayout_open(&eng->xl, eng->f, &eng->hp, &xo, e);
@@ -189,7 +278,7 @@ static int open_store(engine *eng, const engine_opts *o, err *e)
     xstore_layout_from_xlayout(&lay, eng->xl);
     lay.desc = eng->src_desc;
     xstore_opts so = {
-        .arena_bytes = o->arena_bytes, .evict = o->evict == ENGINE_EVICT_LFU ? XSTORE_EVICT_LFU : XSTORE_EVICT_LRU,
+        .arena_bytes = arena_bytes, .evict = o->evict == ENGINE_EVICT_LFU ? XSTORE_EVICT_LFU : XSTORE_EVICT_LRU,
         .io_mode = o->io_mode == ENGINE_IO_URING ? XIO_URING : o->io_mode == ENGINE_IO_PREAD ? XIO_PREAD : XIO_AUTO,
         .io_threads = o->io_threads, .io_depth = o->io_depth, .n_expert_used = eng->hp.n_expert_used,
         .read_ahead = o->read_ahead, .n_compute = eng->n_threads,
@@ -266,16 +355,13 @@ int engine_open(engine **out, const engine_opts *o, err *e)
     STEP(route_policy_check(eng->route, eng->hp.n_expert, eng->hp.n_expert_used, &sub));
     STEP(tokenizer_open(&eng->tok, eng->f, &sub));
     eng->isa = cpu_best_isa();
-    if (o->stream && o->arena_auto && o->arena_bytes) {
-        rc = err_setf(e, ERR_USAGE, "give an arena size or auto, not both");
-        goto fail;
-    }
-    if (!o->stream && (o->arena_bytes || o->arena_auto || o->read_ahead || o->profile_path)) {
-        rc = err_setf(e, ERR_USAGE, "arena, read-ahead and profile options need expert streaming");
-        goto fail;
-    }
-    if (o->read_ahead < 0) { rc = err_setf(e, ERR_USAGE, "read-ahead %d is negative", o->read_ahead); goto fail; }
-    STEP(weights_open(&eng->w, eng->f, &eng->hp, eng->isa, o->stream ? WEIGHTS_RESIDENT_ONLY : WEIGHTS_MAP_ALL, &sub));
+    /* the expert store: the CPU's arena (stream), or the host tier under a
+     * backend's device arena (host_cache_bytes); checked before anything
+     * is loaded */
+    if ((rc = check_tier_opts(o, eng->hp.n_layer, e))) goto fail;
+    const int host_tier = o->backend && o->host_cache_bytes;
+    const int streamed = o->stream || host_tier;
+    STEP(weights_open(&eng->w, eng->f, &eng->hp, eng->isa, streamed ? WEIGHTS_RESIDENT_ONLY : WEIGHTS_MAP_ALL, &sub));
     if (tokenizer_n_vocab(eng->tok) != eng->hp.n_vocab) {
         rc = err_setf(e, ERR_FORMAT, "tensor token_embd.weight: shape [%d, %d] but expected [%d, %d] "
                       "(the tokenizer has %d tokens)", eng->hp.n_embd, eng->hp.n_vocab, eng->hp.n_embd,
@@ -313,39 +399,30 @@ int engine_open(engine **out, const engine_opts *o, err *e)
         .v_f16 = o->kv_type_v == ENGINE_KV_F16,
         .n_vocab = eng->hp.n_vocab,
     };
-    /* the memory plan: weights, one session's KV cache and scratch, the arena */
-    eng->mem.streaming = o->stream != 0;
+    /* the memory plan: weights, one session's KV cache and scratch, the arena
+     * (the CPU's, or the host tier under the device's) */
+    eng->mem.streaming = streamed;
     eng->mem.weights = weights_resident_bytes(eng->w);
     eng->mem.kv = (uint64_t)eng->hp.n_layer * (uint64_t)n_ctx * (uint64_t)eng->hp.n_head_kv *
                   (uint64_t)eng->hp.head_dim * (uint64_t)((eng->env.k_f16 ? 2 : 4) + (eng->env.v_f16 ? 2 : 4));
     eng->mem.scratch = qwen3moe_scratch_plan(&eng->env.model, n_batch, n_ctx);
-    if (o->stream) STEP(open_store(eng, o, &sub));
+    if (streamed) STEP(open_store(eng, o, host_tier ? o->host_cache_bytes : o->arena_bytes, &sub));
     else STEP(expert_src_open_mmap(&eng->xs, eng->w, &sub));
     eng->mem.total = eng->mem.weights + eng->mem.arena + eng->mem.kv + eng->mem.scratch;
     eng->env.model.xs = eng->xs;
     eng->env.store = eng->store;
-    if (o->gpu_arena_bytes && !o->backend) {
-        rc = err_setf(e, ERR_USAGE, "--gpu-arena sizes the GPU's expert arena: it needs --gpu (build/cuda/strata)");
-        goto fail;
-    }
     if (o->backend) {
-        if (o->stream) {
-            rc = err_setf(e, ERR_USAGE, "the %s backend holds every weight on the device: expert streaming "
-                          "(--arena) is not supported with it yet", o->backend->name);
-            goto fail;
+        backend_open_opts bo = {
+            .n_ctx = n_ctx, .kv_f16 = eng->env.k_f16, .arena_bytes = o->gpu_arena_bytes,
+            .read_ahead = o->read_ahead,
+        };
+        if (host_tier) {   /* the store under the device arena, and its slots to page-lock */
+            bo.host = eng->xs;
+            xstore_arena_span(eng->store, &bo.host_mem, &bo.host_mem_bytes);
         }
-        if (o->gpu_layers > 0 && o->gpu_layers < eng->hp.n_layer) {
-            rc = err_setf(e, ERR_USAGE, "the %s backend takes every layer: %d GPU layers of %d (partial "
-                          "offload) is not supported; use -ngl %d or more (or -ngl 0 for the CPU)",
-                          o->backend->name, o->gpu_layers, eng->hp.n_layer, eng->hp.n_layer);
-            goto fail;
-        }
-        if (eng->env.k_f16 != eng->env.v_f16) {
-            rc = err_setf(e, ERR_USAGE, "the %s backend needs one KV cache type for K and V", o->backend->name);
-            goto fail;
-        }
-        STEP(o->backend->open(&eng->bm, &eng->hp, eng->w, n_ctx, eng->env.k_f16, o->gpu_arena_bytes, &sub));
+        STEP(o->backend->open(&eng->bm, &eng->hp, eng->w, &bo, &sub));
         eng->be = o->backend;
+        eng->gpu_arena_bytes = o->gpu_arena_bytes;
         eng->be->describe(eng->bm, eng->be_desc, sizeof eng->be_desc);
         eng->env.be = eng->be;
         eng->env.bm = eng->bm;
@@ -511,6 +588,31 @@ int engine_stream_counters_get(const engine *eng, int phase, engine_stream_count
 void engine_stream_trace(const engine *eng, FILE *out)
 {
     if (eng->store) xstore_trace(eng->store, out);
+    backend_stats st;
+    backend_stats_of(eng, &st);
+    if (st.n_slots > 0) {
+        char b1[32], b2[32];
+        const uint64_t lookups = st.hits + st.misses;
+        fprintf(out, "gpu arena: %d slots, %llu lookups, hit rate %.2f, %s copied (prefetched %llu, used %llu), ",
+                st.n_slots, (unsigned long long)lookups, lookups ? (double)st.hits / (double)lookups : 0.0,
+                human_bytes(b1, sizeof b1, (double)st.bytes_h2d), (unsigned long long)st.prefetched,
+                (unsigned long long)st.prefetch_used);
+        if (st.pinned_bytes) fprintf(out, "host memory pinned %s\n", human_bytes(b2, sizeof b2, (double)st.pinned_bytes));
+        else fprintf(out, "host memory pageable\n");
+    }
+}
+
+int engine_backend_stats(const engine *eng, engine_gpu_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!eng->be) return ERR_USAGE;
+    backend_stats st;
+    backend_stats_of(eng, &st);
+    *out = (engine_gpu_stats){
+        .n_slots = st.n_slots, .hits = st.hits, .misses = st.misses, .bytes_h2d = st.bytes_h2d,
+        .prefetched = st.prefetched, .prefetch_used = st.prefetch_used, .pinned_bytes = st.pinned_bytes,
+    };
+    return 0;
 }
 
 void engine_stream_report_json(const engine *eng, FILE *out, const char *indent)

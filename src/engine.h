@@ -56,8 +56,13 @@ typedef struct engine_opts {
     int         io_mode;         /* enum engine_io */
     int         io_threads;      /* pread workers (<= 0: 4) */
     int         io_depth;        /* io_uring reads in flight (<= 0: 4) */
-    int         read_ahead;      /* top-N per row prefetched for the next layer; 0: off */
-    int         read_ahead_from; /* enum engine_ra_from */
+    int         read_ahead;      /* top-N per row prefetched for the next layer; 0: off.
+                                    Streaming: into the arena. With a backend and
+                                    gpu_arena_bytes > 0: the device's read-ahead, into
+                                    its arena (or the host tier when host_cache_bytes
+                                    is set); with a backend and no device arena it is
+                                    ERR_USAGE */
+    int         read_ahead_from; /* enum engine_ra_from (a backend's read-ahead: ATTN only) */
     int         no_direct;       /* buffered reads instead of O_DIRECT */
     int         no_sidecar;      /* ignore MODEL.experts, read the GGUF */
     const char *sidecar_path;    /* NULL: MODEL.experts when it exists */
@@ -77,8 +82,12 @@ typedef struct engine_opts {
 
     /* Device backend (backend/backend.h), e.g. the CUDA table of a program
      * built by `make cuda`; NULL: the CPU. With a backend every forward runs
-     * on the device with the weights uploaded at open; expert streaming
-     * (stream = 1) is not supported with one yet (ERR_USAGE), nor per-row
+     * on the device with the weights uploaded at open. Its routed experts
+     * are all on the device, or (gpu_arena_bytes > 0) in a device arena
+     * filled on a miss from host memory: the mapped file, or the host tier
+     * (host_cache_bytes > 0), the expert store streaming from the SSD. The
+     * CPU's streaming (stream = 1, --arena) does not apply (ERR_USAGE: the
+     * store under the device is sized by host_cache_bytes), nor do per-row
      * logits (session_eval's all_logits: ERR_UNSUPPORTED), and an engine
      * has one device timeline: one session at a time (ERR_USAGE). */
     const struct backend_iface *backend;
@@ -86,6 +95,18 @@ typedef struct engine_opts {
                          takes every layer, so 1..n_layer-1 is ERR_USAGE */
     uint64_t gpu_arena_bytes;   /* --gpu-arena: device bytes for the routed experts
                                    (0: all resident); needs a backend (ERR_USAGE) */
+    /* --host-cache: the host-RAM tier between the device's expert arena and
+     * the SSD. > 0 (with a backend and gpu_arena_bytes > 0, else ERR_USAGE;
+     * with stream = 1 also ERR_USAGE): the engine opens the expert store as
+     * streaming does (non-expert weights read into memory, the experts read
+     * from the sidecar or GGUF by the I/O engine; evict, io_mode,
+     * io_threads, io_depth, no_direct, sidecar_path, no_sidecar and
+     * profile_path apply) with an arena of this many bytes, and the
+     * backend's misses and read-ahead go through it; the backend page-locks
+     * its slots when the system allows. Its counters are the stream
+     * counters (engine_stream_*), per phase. 0: misses copy from the
+     * mapped file. */
+    uint64_t host_cache_bytes;
 } engine_opts;
 
 #define ENGINE_CTX_TRAIN (-1)
@@ -179,9 +200,10 @@ void session_stats_get(const session *s, int phase, session_stats *out);
 
 /* ==== Memory ==== */
 typedef struct engine_memory {
-    int      streaming;
+    int      streaming;      /* an expert store is open (--arena, or --host-cache under a backend) */
     uint64_t weights;        /* resident weights: the mapped file, or the non-expert tensors */
-    uint64_t arena;          /* expert arena (0 when all resident) */
+    uint64_t arena;          /* expert arena: the CPU's, or the host tier under a
+                                backend's (0 when all resident) */
     uint64_t kv;             /* KV cache, per session */
     uint64_t scratch;        /* forward scratch, per session */
     uint64_t total;          /* weights + arena + kv + scratch: one session */
@@ -223,7 +245,11 @@ int  engine_stream_init_line(const engine *eng, char *buf, size_t cap);
 int  engine_stream_occupancy(engine *eng, int *n_slots, int *n_filled);
 /* ERR_USAGE when not streaming. */
 int  engine_stream_counters_get(const engine *eng, int phase, engine_stream_counters *out);
-/* One human line per phase that ran (--trace). Nothing when not streaming. */
+/* One human line per phase that ran (--trace), when the experts are
+ * streamed (also the host tier under a backend); then, when a backend with
+ * an expert arena is open, one line of its counters ("gpu arena: 1536
+ * slots, 12345 lookups, hit rate 0.53, 755.1 MB copied (prefetched 900,
+ * used 812), host memory pinned 6.00 GB"). */
 void engine_stream_trace(const engine *eng, FILE *out);
 /* The stream report as a JSON object ("null" when not streaming); `indent`
  * prefixes its lines after the first. */
@@ -233,6 +259,20 @@ void engine_stream_report_json(const engine *eng, FILE *out, const char *indent)
  * ",demand"; see expert/xio.h). NULL disarms. ERR_USAGE when not streaming
  * or for a bad spec. */
 int  engine_stream_fault(engine *eng, const char *spec, err *e);
+
+/* ==== Device backend ====
+ * The device's expert arena (engine_opts.gpu_arena_bytes), counted since
+ * engine_open; zeros when every expert is on the device. */
+typedef struct engine_gpu_stats {
+    int      n_slots;           /* experts the device arena holds (0: no arena) */
+    uint64_t hits, misses;      /* lookups: one per routed expert per layer per row */
+    uint64_t bytes_h2d;         /* expert bytes copied host -> device (misses and prefetches) */
+    uint64_t prefetched;        /* experts copied ahead by read-ahead */
+    uint64_t prefetch_used;     /* of them, looked up by their layer before eviction */
+    uint64_t pinned_bytes;      /* host memory page-locked for the copies (0: pageable) */
+} engine_gpu_stats;
+/* ERR_USAGE (and zeros) when the engine runs on the CPU. */
+int engine_backend_stats(const engine *eng, engine_gpu_stats *out);
 
 /* ==== Routing policy (docs/ROUTING.md) ====
  * Three arms: the first chunk of a prompt, its later chunks, decode. */

@@ -54,7 +54,8 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 /* The expert-streaming flags shared by run, chat, serve and the eval tools
  * (--arena --evict --io --io-threads --io-depth --read-ahead --read-ahead-from
  * --no-direct --sidecar --no-sidecar --profile), --gpu / -ngl N (the GPU
- * backend, cli_gpu_backend), and --route SPEC (the
+ * backend, cli_gpu_backend), --gpu-arena SIZE and --host-cache SIZE (the
+ * GPU's expert arena and the host-RAM tier under it), and --route SPEC (the
  * routing policy, docs/ROUTING.md; it works without streaming and beats
  * STRATA_ROUTE; a bad spec is a usage error here), parsed into the engine's own
  * options. If argv[*i] is one, consume it (and its value, advancing *i) and
@@ -65,8 +66,12 @@ int cli_stream_flag(const char *cmd, int argc, char **argv, int *i, engine_opts 
  * apps/cli/cli_backend.c), or NULL (build/strata): what --gpu and -ngl N
  * (N > 0) select. */
 const struct backend_iface *cli_gpu_backend(void);
-/* Usage error (printed, returns CLI_USAGE) when streaming options were given
- * without --arena; 0 otherwise. */
+/* Usage error (printed, returns CLI_USAGE) for flags that do not go
+ * together: the expert store's options (--evict --io --io-threads --io-depth
+ * --no-direct --sidecar --no-sidecar --profile) without --arena or
+ * --host-cache; --read-ahead / --read-ahead-from without --arena or
+ * --gpu --gpu-arena; --gpu-arena without --gpu; --host-cache without --gpu
+ * and --gpu-arena; --gpu (or --host-cache) with --arena. 0 otherwise. */
 int cli_stream_check(const char *cmd, const engine_opts *o);
 
 /* Read a whole file into a NUL-terminated malloc'd buffer (caller frees).

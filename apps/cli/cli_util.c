@@ -119,6 +119,10 @@ int cli_stream_flag(const char *cmd, int argc, char **argv, int *i, engine_opts 
         VALUE();
         if (cli_parse_size(v, &o->gpu_arena_bytes) || !o->gpu_arena_bytes)
             BAD("--gpu-arena needs a size above 0 (K/M/G suffixes), got '%s'", v);
+    } else if (IS("--host-cache")) {   /* host RAM under the GPU's expert arena (--gpu --gpu-arena) */
+        VALUE();
+        if (cli_parse_size(v, &o->host_cache_bytes) || !o->host_cache_bytes)
+            BAD("--host-cache needs a size above 0 (K/M/G suffixes), got '%s'", v);
     } else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers")) {   /* llama.cpp's spelling */
         INT(0, 1 << 20, n);
         if (n == 0) o->backend = NULL;
@@ -143,14 +147,37 @@ int cli_stream_flag(const char *cmd, int argc, char **argv, int *i, engine_opts 
 
 int cli_stream_check(const char *cmd, const engine_opts *o)
 {
+    if (o->host_cache_bytes && o->stream)
+        return cli_fail(cmd, CLI_USAGE, "--arena and --host-cache both size the expert store: give --arena SIZE on "
+                        "the CPU, or --host-cache SIZE under the GPU's expert arena (--gpu --gpu-arena SIZE)");
     if (o->backend && o->stream)
-        return cli_fail(cmd, CLI_USAGE, "--gpu holds every weight on the GPU: expert streaming (--arena) "
-                        "with the GPU is not supported yet");
+        return cli_fail(cmd, CLI_USAGE, "--gpu does not stream through --arena: the host-RAM tier under the "
+                        "GPU's expert arena is --host-cache SIZE (with --gpu-arena SIZE)");
     if (o->gpu_arena_bytes && !o->backend)
         return cli_fail(cmd, CLI_USAGE, "--gpu-arena sizes the GPU's expert arena: it needs --gpu (build/cuda/strata)");
-    if (!o->stream && (o->evict || o->io_mode || o->io_threads || o->io_depth || o->read_ahead ||
-                       o->read_ahead_from || o->no_direct || o->no_sidecar || o->sidecar_path || o->profile_path))
-        return cli_fail(cmd, CLI_USAGE, "the expert streaming options need --arena SIZE|auto|0");
+    if (o->host_cache_bytes && !o->backend)
+        return cli_fail(cmd, CLI_USAGE, "--host-cache is the host tier under the GPU's expert arena: it needs --gpu "
+                        "(build/cuda/strata) and --gpu-arena SIZE");
+    if (o->host_cache_bytes && !o->gpu_arena_bytes)
+        return cli_fail(cmd, CLI_USAGE, "--host-cache is the host tier under the GPU's expert arena: it needs "
+                        "--gpu-arena SIZE");
+    /* the options of the expert store: the CPU's (--arena) or the host tier's (--host-cache) */
+    const int store = o->stream || o->host_cache_bytes;
+    if (!store && (o->evict || o->io_mode || o->io_threads || o->io_depth || o->no_direct || o->no_sidecar ||
+                   o->sidecar_path || o->profile_path))
+        return cli_fail(cmd, CLI_USAGE, "the expert streaming options need --arena SIZE|auto|0 (or --host-cache "
+                        "SIZE with --gpu)");
+    /* read-ahead: into the CPU's arena, or the GPU's (--gpu-arena) */
+    const int gpu_tier = o->backend && o->gpu_arena_bytes;
+    if (o->backend && !gpu_tier && (o->read_ahead || o->read_ahead_from))
+        return cli_fail(cmd, CLI_USAGE, "--read-ahead with --gpu prefetches into the GPU's expert arena: it needs "
+                        "--gpu-arena SIZE");
+    if (!o->stream && !gpu_tier && (o->read_ahead || o->read_ahead_from))
+        return cli_fail(cmd, CLI_USAGE, "the expert streaming options need --arena SIZE|auto|0 (or --host-cache "
+                        "SIZE with --gpu)");
+    if (gpu_tier && o->read_ahead_from == ENGINE_RA_INPUT)
+        return cli_fail(cmd, CLI_USAGE, "--read-ahead-from input: the GPU's read-ahead runs the next layer's "
+                        "router on this layer's post-attention residual (attn) only");
     return 0;
 }
 

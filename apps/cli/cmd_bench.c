@@ -19,12 +19,14 @@
  * backend, threads, n_batch, test, t/s = mean ± sample stddev of the
  * repetitions' tokens per second), and strata's own:
  *   arena   "resident" (the file mapped) or the expert arena's size (--arena);
- *           "gpu SIZE" with --gpu-arena
+ *           "gpu SIZE" with --gpu-arena, "gpu SIZE + host SIZE" with
+ *           --host-cache too (the host tier's arena as allocated)
  *   GB/s    weight bytes the forward touched (session_stats: expert_bytes +
  *           dense_bytes of the phase, summed over the timed repetitions)
  *           per second of evaluation
- *   MB/tok  bytes read from disk per token while streaming
- *           (engine_stream_counters: bytes / rows of the phase); "-" resident
+ *   MB/tok  bytes read from disk per token while streaming (the CPU's arena
+ *           or the host tier under the GPU's; engine_stream_counters: bytes
+ *           / rows of the phase); "-" resident
  *   lookups distinct layer-experts per prompt chunk, summed over layers, and
  *           its ratio to the expectation under uniform routing
  *           (session_stats expert_lookups / expert_lookups_uniform); pp only
@@ -142,7 +144,7 @@ static void usage(FILE *f)
         "  --evict lru|lfu  --io auto|uring|pread  --io-threads N  --io-depth N\n"
         "  --read-ahead N  --read-ahead-from attn|input  --no-direct\n"
         "  --sidecar FILE  --no-sidecar  --profile FILE\n"
-        "  --gpu, -ngl N  --gpu-arena SIZE\n"
+        "  --gpu, -ngl N  --gpu-arena SIZE  --host-cache SIZE\n"
         "                            as for strata run (see strata run --help)\n"
         "\n"
         "Columns: model size params backend threads n_batch arena test t/s (mean ± stddev),\n"
@@ -313,10 +315,14 @@ static void fmt_params(char *b, size_t cap, uint64_t n)
 
 static void fmt_arena(char *b, size_t cap, const row *r)
 {
-    if (r->gpu_arena_bytes) {   /* "gpu SIZE": the device's expert arena */
-        char sz[32];
+    if (r->gpu_arena_bytes) {   /* "gpu SIZE": the device's expert arena; "+ host SIZE": the tier under it */
+        char sz[32], hz[32];
         fmt_size(sz, sizeof sz, r->gpu_arena_bytes);
-        snprintf(b, cap, "gpu %s", sz);
+        if (r->streaming) {
+            fmt_size(hz, sizeof hz, r->arena_bytes);
+            snprintf(b, cap, "gpu %s + host %s", sz, hz);
+        } else
+            snprintf(b, cap, "gpu %s", sz);
     } else if (!r->streaming) snprintf(b, cap, "resident");
     else if (!r->arena_bytes) snprintf(b, cap, "0");
     else fmt_size(b, cap, r->arena_bytes);

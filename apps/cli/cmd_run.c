@@ -15,10 +15,12 @@
  * prompts longer than n_ctx - 4). Exit codes: 0 ok, 1 runtime error
  * (model, I/O, context), 2 usage.
  *
- * Expert streaming (--arena and friends) is an engine mode: the output is
- * the same tokens; --trace (or STRATA_TRACE=1) adds the expert-stream
- * counters per phase to stderr at the end, --report-json FILE writes them
- * with the timings, the memory plan, the peak RSS and the configuration. */
+ * Expert streaming (--arena and friends, or --host-cache under --gpu
+ * --gpu-arena) is an engine mode: the output is the same tokens; --trace (or
+ * STRATA_TRACE=1) adds the expert-stream counters per phase to stderr at the
+ * end (and the GPU arena's line), --report-json FILE writes them with the
+ * timings, the memory plan, the peak RSS, the configuration and the GPU
+ * arena's counters ("gpu", null on the CPU). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,6 +57,7 @@ typedef struct gen_opts {
     /* expert streaming */
     engine_opts  st;            /* the expert-streaming flags (cli_stream_flag) */
     const char  *arena_arg;     /* --arena as given, for the report */
+    const char  *host_cache_arg;/* --host-cache as given, for the report */
     int          trace;
     const char  *report_json;
 } gen_opts;
@@ -109,7 +112,9 @@ static void usage(const char *cmd, FILE *out)
                  "  --io auto|uring|pread     I/O engine (default auto: io_uring when the kernel has it)\n"
                  "  --io-threads N            pread worker threads (default 4)\n"
                  "  --io-depth N              io_uring reads in flight (default 4)\n"
-                 "  --read-ahead N            prefetch the next layer's top N experts per row (default 0: off)\n"
+                 "  --read-ahead N            prefetch the next layer's top N experts per row (default 0: off);\n"
+                 "                            with --gpu --gpu-arena: into the GPU's arena (through the host\n"
+                 "                            cache when --host-cache is given)\n"
                  "  --read-ahead-from W       hidden state the next layer's router runs on: attn (after this\n"
                  "                            layer's attention, default) or input (this layer's input)\n"
                  "  --no-direct               buffered reads instead of O_DIRECT\n"
@@ -119,6 +124,10 @@ static void usage(const char *cmd, FILE *out)
                  "  --gpu, -ngl N             run the forward on GPU 0 (build/cuda/strata; -ngl 0: the CPU)\n"
                  "  --gpu-arena SIZE          with --gpu: keep only SIZE of routed experts in VRAM, the rest\n"
                  "                            copied from host memory on a miss (default: all in VRAM)\n"
+                 "  --host-cache SIZE         with --gpu --gpu-arena: a pinned host-RAM tier of SIZE between the\n"
+                 "                            GPU arena and the SSD, filled by the expert I/O engine (--io,\n"
+                 "                            --evict, --sidecar, --profile ... apply; default: misses copy\n"
+                 "                            from the mapped file)\n"
                  "  --trace                   expert-stream counters per phase on stderr (or STRATA_TRACE=1)\n"
                  "  --report-json FILE        counters, timings, memory and configuration as JSON\n\n"
                  "Routing (docs/ROUTING.md; default exact, or STRATA_ROUTE):\n"
@@ -189,6 +198,7 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_opts *o)
         else if ((r = cli_stream_flag(cmd, argc, argv, &i, &o->st)) != 0) {
             if (r < 0) return CLI_USAGE;
             if (!strcmp(a, "--arena")) o->arena_arg = argv[i];
+            if (!strcmp(a, "--host-cache")) o->host_cache_arg = argv[i];
         }
         else if (IS("--trace")) o->trace = 1;
         else if (IS("--report-json")) { VALUE(); o->report_json = v; }
@@ -361,7 +371,12 @@ static int write_report(const char *cmd, const char *path, int argc, char **argv
     fprintf(f, ",\n  \"config\": {\"threads\": %d, \"ctx\": %d, \"batch\": %d, \"streaming\": %s, \"arena\": ",
             engine_n_threads(eng), engine_n_ctx(eng), engine_n_batch(eng), m.streaming ? "true" : "false");
     json_str(f, o->arena_arg ? o->arena_arg : "resident");
-    fprintf(f, ", \"read_ahead_from\": \"%s\"},\n", o->st.read_ahead_from == ENGINE_RA_INPUT ? "input" : "attn");
+    fprintf(f, ", \"read_ahead_from\": \"%s\", \"backend\": ", o->st.read_ahead_from == ENGINE_RA_INPUT ? "input" : "attn");
+    json_str(f, engine_backend_name(eng));
+    fprintf(f, ", \"gpu_arena_bytes\": %llu, \"host_cache\": ", (unsigned long long)o->st.gpu_arena_bytes);
+    if (o->host_cache_arg) json_str(f, o->host_cache_arg);
+    else fputs("null", f);
+    fputs("},\n", f);
     fprintf(f, "  \"timings\": {\"load_ms\": %.3f, \"prompt_tokens\": %zu, \"prompt_ms\": %.3f, \"prompt_tok_s\": %.4f, "
             "\"generated_tokens\": %d, \"gen_ms\": %.3f, \"gen_tok_s\": %.4f},\n", engine_load_ms(eng),
             tm->prompt_tokens, tm->prompt_ms, tm->prompt_ms > 0 ? 1e3 * (double)tm->prompt_tokens / tm->prompt_ms : 0.0,
@@ -375,6 +390,15 @@ static int write_report(const char *cmd, const char *path, int argc, char **argv
     engine_route_report_json(eng, f, "  ");
     fprintf(f, ",\n  \"stream\": ");
     engine_stream_report_json(eng, f, "  ");
+    engine_gpu_stats gs;   /* the device's expert arena, null on the CPU */
+    if (engine_backend_stats(eng, &gs) == 0)
+        fprintf(f, ",\n  \"gpu\": {\"slots\": %d, \"hits\": %llu, \"misses\": %llu, \"bytes_h2d\": %llu, "
+                "\"prefetched\": %llu, \"prefetch_used\": %llu, \"pinned_bytes\": %llu}",
+                gs.n_slots, (unsigned long long)gs.hits, (unsigned long long)gs.misses,
+                (unsigned long long)gs.bytes_h2d, (unsigned long long)gs.prefetched,
+                (unsigned long long)gs.prefetch_used, (unsigned long long)gs.pinned_bytes);
+    else
+        fputs(",\n  \"gpu\": null", f);
     fprintf(f, "\n}\n");
     if (fclose(f) != 0) return cli_fail(cmd, CLI_ERR, "cannot write %s", path);
     return CLI_OK;

@@ -776,6 +776,7 @@ static void usage(FILE *out)
         "Expert streaming (as strata run): --arena SIZE|auto|0, --evict lru|lfu, --io auto|uring|pread,\n"
         "  --io-threads N, --io-depth N, --read-ahead N, --read-ahead-from attn|input, --no-direct,\n"
         "  --sidecar FILE, --no-sidecar, --profile FILE\n"
+        "GPU (build/cuda/strata, as strata run): --gpu, -ngl N, --gpu-arena SIZE, --host-cache SIZE\n"
         "Routing: --route SPEC (docs/ROUTING.md; default exact, or STRATA_ROUTE)\n");
 }
 

@@ -492,8 +492,12 @@ static int st_begin(expert_src *src, int layer, int32_t *ex, int n, err *e)
     for (;;) {
         memset(s->mark, 0, (size_t)s->n_expert);
         for (int i = 0; i < n; i++) s->mark[ex[i]] = 1;
+        /* counted only as far as the decision needs: every miss fits
+         * (avail >= nu) or the exact count for the waves; stopping early
+         * keeps begin_layer O(k) with a large arena (a GPU host tier asks
+         * twice a layer per token) */
         avail = cl->n_free;
-        for (int v = cl->first; v < cl->first + cl->n; v++) {
+        for (int v = cl->first; v < cl->first + cl->n && avail < nu; v++) {
             const slot *sl = &s->slots[v];
             if (sl->key < 0 || busy(sl)) continue;
             if (key_layer(s, sl->key) == layer && s->mark[key_expert(s, sl->key)]) continue;
@@ -1085,6 +1089,13 @@ int xstore_chunk(const xstore *s, int i, int *phase, xstore_counters *out)
 }
 
 uint64_t   xstore_arena_bytes(const xstore *s) { return s->arena_bytes; }
+
+void xstore_arena_span(const xstore *s, void **base, uint64_t *bytes)
+{
+    const int mapped = s->arena != MAP_FAILED && s->arena != NULL;
+    *base = mapped ? s->arena : NULL;
+    *bytes = mapped ? s->arena_bytes : 0;
+}
 int        xstore_n_slots(const xstore *s)     { return s->n_slots; }
 int        xstore_n_classes(const xstore *s)   { return s->n_cls; }
 

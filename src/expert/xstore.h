@@ -198,6 +198,14 @@ int  xstore_chunk_arm(const xstore *s, int i, int *index, int *arm);
 
 /* ==== Facts and reports ==== */
 uint64_t xstore_arena_bytes(const xstore *s);
+/* The arena's one anonymous mapping: *base and its length *bytes (==
+ * xstore_arena_bytes; every slot, and so every pointer expert_src_get
+ * returns, lies inside it), also in the streaming mode (arena 0: the I/O
+ * buffer slots). NULL / 0 if there is none. For a device backend to
+ * page-lock (cudaHostRegister) the slots it copies from; the memory stays
+ * owned by the store and is unmapped by xstore_close, so unregister it
+ * before. */
+void     xstore_arena_span(const xstore *s, void **base, uint64_t *bytes);
 int      xstore_n_slots(const xstore *s);
 /* Slots holding a resident expert right now (not empty, loading or failed).
  * Takes the store's lock: for metrics, not for the decode loop. */

@@ -123,7 +123,12 @@ int session_eval(session *s, const int32_t *ids, int n, float *logits_out, float
         if (all_logits)
             return err_setf(e, ERR_UNSUPPORTED, "logits of every row (tfdump, perplexity) are not available "
                             "on the %s backend yet", env->be->name);
-        if ((rc = env->be->eval(env->bm, ids, n, s->n_past, logits_out, e))) return rc;
+        /* the host tier under the device arena (--host-cache) counts per
+         * phase: the whole evaluation is one chunk of it */
+        if (env->store) xstore_chunk_begin_at(env->store, n > 1 ? XSTORE_PROMPT : XSTORE_DECODE, 0, n);
+        rc = env->be->eval(env->bm, ids, n, s->n_past, logits_out, e);
+        if (env->store) xstore_chunk_end(env->store);
+        if (rc) return rc;
         s->n_past += n;
         return 0;
     }

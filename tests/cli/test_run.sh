@@ -107,14 +107,34 @@ if [ "$($STRATA run --gpu -m "$M" -p hi -n 1 2>&1 >/dev/null | grep -c 'make cud
     exits 2 "-ngl 99 without a GPU backend" $STRATA bench -m "$M" -p 0 -n 1 -r 1 -ngl 99
     exits 0 "-ngl 0 is the CPU" $STRATA run -m "$M" -p hi -n 1 -ngl 0
 fi
-# (build/cuda/strata) --gpu with --arena is a usage error either way
+# (build/cuda/strata) --gpu with --arena is a usage error either way; with a
+# GPU backend it points at --host-cache
 exits 2 "--gpu with --arena" $STRATA run -m "$M" -p hi -n 1 --arena 1M --gpu
+if ! grep -q "built without a GPU backend" "$tmp/err"; then
+    check "--gpu with --arena points at --host-cache" has "$tmp/err" "the host-RAM tier under the GPU's expert arena is --host-cache SIZE"
+fi
 exits 2 "bad -ngl" $STRATA run -m "$M" -p hi -ngl x
 # --gpu-arena: a size above 0, and only with a GPU backend
 exits 2 "--gpu-arena 0" $STRATA run -m "$M" -p hi -n 1 --gpu-arena 0
 check "--gpu-arena 0 names the flag" has "$tmp/err" "--gpu-arena needs a size above 0"
 exits 2 "--gpu-arena without --gpu" $STRATA run -m "$M" -p hi -n 1 --gpu-arena 64M
 check "--gpu-arena without --gpu says it needs --gpu" has "$tmp/err" "it needs --gpu"
+# --host-cache: a size above 0, the host tier under --gpu --gpu-arena
+exits 2 "--host-cache without --gpu" $STRATA run -m "$M" -p hi -n 1 --host-cache 1G
+check "--host-cache without --gpu names the flag" has "$tmp/err" "^strata run: --host-cache is the host tier under the GPU's expert arena: it needs --gpu"
+check "--host-cache usage error is one line" test "$(wc -l < "$tmp/err")" -eq 1
+exits 2 "--host-cache 0" $STRATA run -m "$M" -p hi -n 1 --host-cache 0
+check "--host-cache 0 names the flag" has "$tmp/err" "--host-cache needs a size above 0 (K/M/G suffixes), got '0'"
+exits 2 "bad --host-cache" $STRATA run -m "$M" -p hi -n 1 --host-cache lots
+check "bad --host-cache names the flag" has "$tmp/err" "--host-cache needs a size above 0"
+exits 2 "--host-cache with --arena" $STRATA run -m "$M" -p hi -n 1 --arena 1M --host-cache 1G
+check "--host-cache with --arena says they both size the store" has "$tmp/err" "--arena and --host-cache both size the expert store"
+exits 2 "--host-cache with --gpu-arena, no --gpu" $STRATA run -m "$M" -p hi -n 1 --gpu-arena 64M --host-cache 1G
+check "--host-cache with --gpu-arena still needs --gpu" has "$tmp/err" "it needs --gpu"
+exits 2 "--host-cache in bench without --gpu" $STRATA bench -m "$M" -p 0 -n 1 -r 1 --host-cache 1G
+check "bench: --host-cache needs --gpu" has "$tmp/err" "^strata bench: --host-cache is the host tier"
+exits 0 "run --help lists --host-cache" $STRATA run --help
+check "run --help: --host-cache" has "$tmp/out" "--host-cache SIZE .*with --gpu --gpu-arena: a pinned host-RAM tier"
 exits 2 "bad --temp" $STRATA run -m "$M" -p hi --temp x
 exits 2 "missing value" $STRATA run -m "$M" -p
 exits 2 "no model" $STRATA run -p hi

@@ -191,6 +191,13 @@ check "warm fill line" has "$tmp/err" "^strata: expert arena .* slots in 1 size 
 # usage errors
 exits 2 "bad --arena" $STRATA run -m "$S" -p hi --arena lots
 exits 2 "streaming option without --arena" $STRATA run -m "$S" -p hi --read-ahead 4
+check "streaming option message names --arena and --host-cache" has "$tmp/err" \
+    "^strata run: the expert streaming options need --arena SIZE|auto|0 (or --host-cache SIZE with --gpu)$"
+exits 2 "store option without --arena" $STRATA run -m "$S" -p hi --evict lfu
+check "store option message names --arena and --host-cache" has "$tmp/err" \
+    "the expert streaming options need --arena SIZE|auto|0 (or --host-cache SIZE with --gpu)"
+exits 2 "--read-ahead-from without --arena" $STRATA bench -m "$S" -p 0 -n 1 -r 1 --read-ahead-from input
+check "bench: --read-ahead-from needs --arena" has "$tmp/err" "need --arena SIZE|auto|0"
 exits 2 "bad --evict" $STRATA run -m "$S" -p hi --arena 1M --evict fifo
 exits 2 "bad --io" $STRATA run -m "$S" -p hi --arena 1M --io aio
 exits 1 "arena below the minimum" $STRATA run -m "$S" -p hi --arena 100K

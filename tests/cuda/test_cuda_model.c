@@ -41,7 +41,9 @@
  * timed; printed: tok/s, the weight bytes a token reads (all dense tensors,
  * the k experts of every layer, the head, one embedding row) times tok/s as
  * GB/s, and that as a fraction of the device's read bandwidth measured in
- * the same run (cuda_read_probe over a 4 GiB buffer, best of 5). */
+ * the same run (cuda_read_probe over a 4 GiB buffer, best of 5).
+ * --bench-tiered [PATH]: the experts in host RAM behind GPU arenas of 10%,
+ * 25% and 50% (see bench_tiered). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +56,8 @@
 #include "cudatest.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_model.h"
+#include "expert/xlayout.h"
+#include "expert/xstore.h"
 #include "gguf/gguf.h"
 #include "mkmodel/mkmodel.h"
 #include "model/expert_src.h"
@@ -203,6 +207,66 @@ typedef struct model_spec {
     int full;   /* the preset's own layer, expert and vocabulary counts */
 } model_spec;
 
+/* One GPU arena configuration against the all-resident model g: the
+ * prompt's logits (lg) and 16 greedy ids bit-identical, the counters add
+ * up. With `faulty` (the host tier's store), first arm a failing read: the
+ * eval must fail naming the layer, then the disarmed eval must be exact
+ * (a failed miss leaves no slot claiming data it lacks). */
+static void arena_case(const char *name, const char *what, const hparams *hp, const weights *w, cuda_model *g,
+                       const cuda_model_opts *ao, const int32_t *ids, const float *lg, xstore *faulty)
+{
+    const int V = hp->n_vocab, L = hp->n_layer, K = hp->n_expert_used;
+    err e = {0};
+    cuda_model *ga = NULL;
+    CHECK_MSG(cuda_model_open(&ga, hp, w, ao, &e) == 0, "%s: arena (%s) open: %s", name, what, e.msg);
+    if (!ga) return;
+    enum { NA = 16 };
+    int32_t ra[NA], rr[NA];
+    float *la = xmalloc(sizeof(float) * (size_t)V);
+    if (faulty) {
+        const xio_fault f = { .kind = XIO_FAULT_EIO, .nth = 3, .count = 1, .only = 1 };
+        xstore_set_fault(faulty, &f);
+        err fe = {0};
+        const int rc = cuda_model_eval(ga, ids, N_PROMPT, 0, la, &fe);
+        CHECK_MSG(rc == ERR_IO && strstr(fe.msg, "layer"), "%s: arena (%s): a failing read gave rc %d: %s", name,
+                  what, rc, fe.msg);
+        if (rc) printf("    arena (%s): the failing read is reported: %s\n", what, fe.msg);
+        const xio_fault none = { .kind = XIO_FAULT_NONE };
+        xstore_set_fault(faulty, &none);
+    }
+    cuda_arena_stats s0;
+    cuda_model_arena_stats(ga, &s0);
+    CHECK_MSG(cuda_model_eval(ga, ids, N_PROMPT, 0, la, &e) == 0, "%s: arena (%s) eval: %s", name, what, e.msg);
+    CHECK_MSG(memcmp(la, lg, sizeof(float) * (size_t)V) == 0, "%s: arena (%s) logits differ from all-resident "
+              "(NMSE %.3g)", name, what, nmse(la, lg, (size_t)V));
+    const int32_t first = argmax2(lg, V, NULL);
+    CHECK(cuda_model_greedy(ga, first, N_PROMPT, NA, ra, &e) == 0);
+    CHECK(cuda_model_greedy(g, first, N_PROMPT, NA, rr, &e) == 0);
+    CHECK_MSG(memcmp(ra, rr, sizeof ra) == 0, "%s: arena (%s) greedy ids differ from all-resident", name, what);
+    cuda_arena_stats st;
+    cuda_model_arena_stats(ga, &st);
+    /* prompt rows but the last skip the last layer's MoE (it feeds only logits) */
+    const uint64_t lookups = ((uint64_t)(N_PROMPT - 1) * (uint64_t)(L - 1) + (uint64_t)(1 + NA) * L) * (uint64_t)K;
+    const uint64_t hits = st.hits - s0.hits, misses = st.misses - s0.misses;
+    const layer_weights *lw = &w->layers[0];
+    const uint64_t one = lw->gate_exps.row_bytes * lw->gate_exps.ne[1] + lw->up_exps.row_bytes * lw->up_exps.ne[1] +
+                         lw->down_exps.row_bytes * lw->down_exps.ne[1];
+    CHECK_MSG(hits + misses == lookups && misses > 0 && hits > 0 &&
+              st.bytes_h2d - s0.bytes_h2d == (misses + st.prefetched - s0.prefetched) * one &&
+              st.prefetch_used <= st.prefetched && (ao->read_ahead == 0 || ao->host || st.prefetched > 0),
+              "%s: arena (%s) counters: %d slots, %llu hits + %llu misses (want %llu lookups), %llu bytes, "
+              "%llu prefetched", name, what, st.n_slots, (unsigned long long)hits, (unsigned long long)misses,
+              (unsigned long long)lookups, (unsigned long long)(st.bytes_h2d - s0.bytes_h2d),
+              (unsigned long long)st.prefetched);
+    printf("    arena (%s) of %d of %d experts: logits and %d greedy ids bit-identical to all-resident; "
+           "%llu hits, %llu misses, %.1f MB copied, %llu prefetched (%llu used), %s memory\n", what, st.n_slots,
+           L * hp->n_expert, NA, (unsigned long long)hits, (unsigned long long)misses,
+           (st.bytes_h2d - s0.bytes_h2d) / 1e6, (unsigned long long)st.prefetched,
+           (unsigned long long)st.prefetch_used, st.pinned_bytes ? "page-locked" : "pageable");
+    free(la);
+    cuda_model_close(ga);
+}
+
 static void check_model(const model_spec *ms)
 {
     char path[256];
@@ -341,48 +405,55 @@ static void check_model(const model_spec *ms)
               "first eval (NMSE %.3g)", ms->name, nmse(lg2, lg, (size_t)V));
 
     /* the VRAM expert arena: the same model with room for fewer experts
-     * than it has (misses copied from the host mapping): logits and greedy
-     * ids bit-identical to all-resident, the counters add up */
+     * than it has, misses copied from the host mapping, then with
+     * read-ahead, then through a host tier (an expert store over the file)
+     * with read-ahead and with a failing disk: logits and greedy ids
+     * bit-identical to all-resident, the counters add up */
     {
         const layer_weights *lw = &c.w->layers[0];
         const size_t slot = ((lw->gate_exps.row_bytes * (size_t)lw->gate_exps.ne[1] + 255) & ~(size_t)255) +
                             ((lw->up_exps.row_bytes * (size_t)lw->up_exps.ne[1] + 255) & ~(size_t)255) +
                             ((lw->down_exps.row_bytes * (size_t)lw->down_exps.ne[1] + 255) & ~(size_t)255);
         const int n_slots = hp->n_expert_used * L + hp->n_expert_used;   /* a row's experts and a few more */
-        cuda_model *ga = NULL;
         cuda_model_opts ao = { .device = 0, .n_ctx = N_CTX, .kv_f16 = 1, .arena_bytes = slot * (size_t)n_slots };
-        CHECK_MSG(cuda_model_open(&ga, hp, c.w, &ao, &e) == 0, "%s: arena open: %s", ms->name, e.msg);
-        enum { NA = 16 };
-        int32_t ra[NA], rr[NA];
-        float *la = xmalloc(sizeof(float) * (size_t)V);
-        if (ga) {
-            CHECK_MSG(cuda_model_eval(ga, ids, N_PROMPT, 0, la, &e) == 0, "%s: arena eval: %s", ms->name, e.msg);
-            CHECK_MSG(memcmp(la, lg, sizeof(float) * (size_t)V) == 0,
-                      "%s: arena logits differ from all-resident (NMSE %.3g)", ms->name, nmse(la, lg, (size_t)V));
-            const int32_t first = argmax2(lg, V, NULL);
-            CHECK(cuda_model_greedy(ga, first, N_PROMPT, NA, ra, &e) == 0);
-            CHECK(cuda_model_greedy(g, first, N_PROMPT, NA, rr, &e) == 0);
-            CHECK_MSG(memcmp(ra, rr, sizeof ra) == 0, "%s: arena greedy ids differ from all-resident", ms->name);
-            cuda_arena_stats st;
-            cuda_model_arena_stats(ga, &st);
-            /* prompt rows but the last skip the last layer's MoE (it feeds only logits) */
-            const uint64_t lookups = ((uint64_t)(N_PROMPT - 1) * (uint64_t)(L - 1) + (uint64_t)(1 + NA) * L) *
-                                     (uint64_t)K;
-            CHECK_MSG(st.n_slots == n_slots && st.hits + st.misses == lookups && st.misses > 0 && st.hits > 0 &&
-                      st.bytes_h2d == st.misses * (uint64_t)(lw->gate_exps.row_bytes * lw->gate_exps.ne[1] +
-                                                             lw->up_exps.row_bytes * lw->up_exps.ne[1] +
-                                                             lw->down_exps.row_bytes * lw->down_exps.ne[1]),
-                      "%s: arena counters: %d slots, %llu hits + %llu misses (want %llu lookups), %llu bytes",
-                      ms->name, st.n_slots, (unsigned long long)st.hits, (unsigned long long)st.misses,
-                      (unsigned long long)lookups, (unsigned long long)st.bytes_h2d);
-            printf("    arena of %d of %d experts: logits and %d greedy ids bit-identical to all-resident; "
-                   "%llu hits, %llu misses, %.1f MB copied\n", n_slots, L * hp->n_expert, NA,
-                   (unsigned long long)st.hits, (unsigned long long)st.misses, st.bytes_h2d / 1e6);
+        arena_case(ms->name, "from the mapping", hp, c.w, g, &ao, ids, lg, NULL);
+        ao.read_ahead = K;
+        arena_case(ms->name, "from the mapping, read-ahead", hp, c.w, g, &ao, ids, lg, NULL);
+        /* the host tier: an expert store of a few experts per layer class
+         * (a layer's misses come in waves) over the model file */
+        xlayout *xl = NULL;
+        xstore *st = NULL;
+        const xlayout_opts xo = { .no_sidecar = 1, .direct = 1 };
+        CHECK_MSG(xlayout_open(&xl, c.f, hp, &xo, &e) == 0, "%s: xlayout: %s", ms->name, e.msg);
+        if (xl) {
+            xstore_layout lay;
+            xstore_layout_from_xlayout(&lay, xl);
+            const xstore_opts so = { .arena_bytes = xlayout_slot_bytes(xl, 0) * (uint64_t)(K / 2),
+                                     .n_expert_used = K, .read_ahead = K };
+            CHECK_MSG(xstore_open(&st, &lay, &so, &e) == 0, "%s: xstore: %s", ms->name, e.msg);
         }
+        if (st) {
+            void *mem = NULL;
+            uint64_t mem_bytes = 0;
+            xstore_arena_span(st, &mem, &mem_bytes);
+            ao.host = xstore_src(st);
+            ao.host_mem = mem;
+            ao.host_mem_bytes = mem_bytes;
+            arena_case(ms->name, "through a host tier, read-ahead", hp, c.w, g, &ao, ids, lg, NULL);
+            ao.read_ahead = 0;   /* the read-ahead's reads are demands of the store too: keep the count exact */
+            arena_case(ms->name, "through a host tier, failing reads", hp, c.w, g, &ao, ids, lg, st);
+        }
+        xstore_close(st);
+        xlayout_close(xl);
+        /* an arena smaller than one layer's experts is a usage error; so is
+         * a host tier or read-ahead without an arena */
+        ao = (cuda_model_opts){ .device = 0, .n_ctx = N_CTX, .kv_f16 = 1,
+                                .arena_bytes = slot * (size_t)(hp->n_expert_used - 1) };
+        cuda_model *ga = NULL;
+        CHECK_EQ_INT(cuda_model_open(&ga, hp, c.w, &ao, NULL), ERR_USAGE);
         cuda_model_close(ga);
-        free(la);
-        /* an arena smaller than one layer's experts is a usage error */
-        ao.arena_bytes = slot * (size_t)(hp->n_expert_used - 1);
+        ao.arena_bytes = 0;
+        ao.read_ahead = 4;
         ga = NULL;
         CHECK_EQ_INT(cuda_model_open(&ga, hp, c.w, &ao, NULL), ERR_USAGE);
         cuda_model_close(ga);
@@ -635,10 +706,213 @@ static int bench(const char *path)
     return 0;
 }
 
+/* ==== --bench-tiered: the routed experts in host RAM, a GPU arena in front ====
+ * PATH (default /tmp/strata-80b-a3b.gguf, generated with the 80b-a3b preset
+ * when missing: 48 layers x 512 experts, top-10, ~44 GB) is mapped; the
+ * file is read once so the page cache holds it. Measured in the same run:
+ * the host-to-device copy bandwidth from page-locked memory (one 1 GiB
+ * copy, and in pieces of the expert matrices' sizes: the miss path's
+ * ceiling) and from pageable memory. Then, for GPU arenas of 10%, 25% and
+ * 50% of the expert bytes: decode (32 greedy tokens after 8 warm-up) and
+ * prefill (64 prompt rows, one at a time) tok/s, hit rate, bytes copied a
+ * token, and those bytes x tok/s as a fraction of the pieces' ceiling;
+ * misses from the file mapping (page-locked if it could be) with
+ * read-ahead top-k, and at 10% also without read-ahead (A/B) and through a
+ * host tier: an expert store holding every expert (warmed from the page
+ * cache, page-locked), so each GPU miss is a host-tier hit. */
+static double h2d_probe(const void *host, size_t bytes, size_t piece, err *e)
+{
+    cuda_ctx *cx = NULL;
+    void *dbuf = NULL;
+    double best = 0;
+    if (!cuda_open(&cx, 0, e) && !cuda_alloc(cx, &dbuf, bytes, e)) {
+        for (int i = 0; i < 3; i++) {
+            const double t1 = timer_ms();
+            int rc = 0;
+            for (size_t off = 0; off < bytes && !rc; off += piece)
+                rc = cuda_copy_h2d(cx, (uint8_t *)dbuf + off, (const uint8_t *)host + off,
+                                   bytes - off < piece ? bytes - off : piece, e);
+            if (rc || cuda_copy_wait(cx, e)) break;
+            const double bw = bytes / ((timer_ms() - t1) / 1e3) / 1e9;
+            if (bw > best) best = bw;
+        }
+    }
+    if (cx) { cuda_free(cx, dbuf); cuda_close(cx); }
+    return best;
+}
+
+typedef struct tier_run {
+    double tg, pp;           /* tok/s */
+    double hit, hit_pf;      /* decode: lookups found in the arena (of them, copied there by read-ahead) */
+    double mb_tok;           /* decode: MB copied a token */
+    double pp_mb_tok;
+    uint64_t prefetched, prefetch_used, pinned;
+    int n_slots;
+} tier_run;
+
+static int tier_measure(const hparams *hp, const weights *w, const cuda_model_opts *ao, tier_run *r, err *e)
+{
+    memset(r, 0, sizeof *r);
+    cuda_model *ga = NULL;
+    int rc = cuda_model_open(&ga, hp, w, ao, e);
+    if (rc) return rc;
+    enum { NP = 64, NW = 8, NT = 32 };
+    int32_t ids[NP], out[NW + NT];
+    uint64_t rs = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < NP; i++) {
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((rs >> 33) % (uint64_t)hp->n_vocab);
+    }
+    float *lg = xmalloc(sizeof(float) * (size_t)hp->n_vocab);
+    cuda_arena_stats s0, s1;
+    rc = cuda_model_eval(ga, ids, 8, 0, NULL, e);   /* warm-up rows */
+    cuda_model_arena_stats(ga, &s0);
+    double t0 = timer_ms();
+    if (!rc) rc = cuda_model_eval(ga, ids, NP, 8, lg, e);
+    const double pp_s = (timer_ms() - t0) / 1e3;
+    cuda_model_arena_stats(ga, &s1);
+    r->pp_mb_tok = (double)(s1.bytes_h2d - s0.bytes_h2d) / NP / 1e6;
+    if (!rc) rc = cuda_model_greedy(ga, argmax2(lg, hp->n_vocab, NULL), 8 + NP, NW, out, e);
+    cuda_model_arena_stats(ga, &s0);
+    t0 = timer_ms();
+    if (!rc) rc = cuda_model_greedy(ga, out[NW - 1], 8 + NP + NW, NT, out + NW, e);
+    const double tg_s = (timer_ms() - t0) / 1e3;
+    cuda_model_arena_stats(ga, &s1);
+    if (!rc) {
+        r->pp = NP / pp_s;
+        r->tg = NT / tg_s;
+        const double lk = (double)(s1.hits - s0.hits + s1.misses - s0.misses);
+        r->hit = lk > 0 ? (double)(s1.hits - s0.hits) / lk : 0;
+        r->hit_pf = lk > 0 ? (double)(s1.prefetch_used - s0.prefetch_used) / lk : 0;
+        r->mb_tok = (double)(s1.bytes_h2d - s0.bytes_h2d) / NT / 1e6;
+        r->prefetched = s1.prefetched - s0.prefetched;
+        r->prefetch_used = s1.prefetch_used - s0.prefetch_used;
+        r->pinned = s1.pinned_bytes;
+        r->n_slots = s1.n_slots;
+    }
+    free(lg);
+    cuda_model_close(ga);
+    return rc;
+}
+
+static void tier_print(const char *what, double frac, const tier_run *r, double ceil)
+{
+    const double gbs = r->mb_tok * r->tg / 1e3, pgbs = r->pp_mb_tok * r->pp / 1e3;
+    printf("tiered: arena %2.0f%% (%5d slots) %-34s tg %6.1f tok/s  hit %.3f (read-ahead %.3f)  %6.1f MB/token  "
+           "%5.1f GB/s = %.2f of ceiling | pp %6.1f tok/s  %6.1f MB/token  %5.1f GB/s = %.2f | prefetched %llu (used "
+           "%llu) | %s\n", 100 * frac, r->n_slots, what, r->tg, r->hit, r->hit_pf, r->mb_tok, gbs, ceil > 0 ? gbs / ceil : 0, r->pp,
+           r->pp_mb_tok, pgbs, ceil > 0 ? pgbs / ceil : 0, (unsigned long long)r->prefetched,
+           (unsigned long long)r->prefetch_used, r->pinned ? "page-locked" : "pageable");
+    fflush(stdout);
+}
+
+static int bench_tiered(const char *path)
+{
+    err e = {0};
+    if (access(path, R_OK) != 0) {
+        printf("tiered: generating %s (preset 80b-a3b)\n", path);
+        fflush(stdout);
+        const double t0 = timer_ms();
+        mkmodel_opts mo = { .path = path, .preset = "80b-a3b" };
+        if (strata_mkmodel(&mo, stdout, &e)) { fprintf(stderr, "tiered: mkmodel: %s\n", e.msg); return 1; }
+        printf("tiered: generated in %.1f s\n", (timer_ms() - t0) / 1e3);
+    }
+    cpu_side c;
+    if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "tiered: %s\n", e.msg); cpu_close(&c); return 1; }
+    const hparams *hp = &c.hp;
+    const weights *w = c.w;
+    /* the page cache holds the file (one pass over the mapping) */
+    double t0 = timer_ms();
+    volatile uint64_t sum = 0;
+    for (uint64_t off = 0; off < w->map_bytes; off += 4096) sum += w->map[off];
+    printf("tiered: %s, %.1f GB, read into the page cache in %.1f s (byte sum %llu)\n", path, w->map_bytes / 1e9,
+           (timer_ms() - t0) / 1e3, (unsigned long long)sum);
+    const layer_weights *lw = &w->layers[0];
+    const size_t part[3] = { tbytes(&lw->gate_exps), tbytes(&lw->up_exps), tbytes(&lw->down_exps) };
+    const double one = (double)(part[0] + part[1] + part[2]);
+    const double total = one * hp->n_expert * hp->n_layer;
+    printf("tiered: %d layers x %d experts (top-%d), %.2f MB an expert, %.1f GB of experts\n", hp->n_layer,
+           hp->n_expert, hp->n_expert_used, one / 1e6, total / 1e9);
+
+    /* the copy ceilings */
+    const size_t hb = (size_t)1 << 30;
+    cuda_ctx *cx = NULL;
+    void *pinned = NULL;
+    double h2d_pin = 0, h2d_piece = 0, h2d_page = 0;
+    if (!cuda_open(&cx, 0, &e) && !cuda_host_alloc(cx, &pinned, hb, &e)) {
+        memset(pinned, 1, hb);
+        h2d_pin = h2d_probe(pinned, hb, hb, &e);
+        h2d_piece = h2d_probe(pinned, hb, part[0], &e);
+    }
+    uint8_t *page = malloc(hb);
+    if (page) { memset(page, 1, hb); h2d_page = h2d_probe(page, hb, hb, &e); }
+    free(page);
+    if (cx) { cuda_host_free(cx, pinned); cuda_close(cx); }
+    printf("tiered: host-to-device: page-locked %.1f GB/s (1 GiB copy), %.1f GB/s in %.0f KB pieces (the miss "
+           "path's ceiling); pageable %.1f GB/s\n", h2d_pin, h2d_piece, part[0] / 1e3, h2d_page);
+    const double ceil = h2d_piece;
+
+    const double fr[3] = { 0.10, 0.25, 0.50 };
+    for (int i = 0; i < 3; i++) {
+        tier_run r;
+        cuda_model_opts ao = { .device = 0, .n_ctx = 256, .kv_f16 = 1, .arena_bytes = (uint64_t)(fr[i] * total),
+                               .read_ahead = hp->n_expert_used };
+        if (tier_measure(hp, w, &ao, &r, &e)) { fprintf(stderr, "tiered: %s\n", e.msg); break; }
+        tier_print("mapping, read-ahead top-k", fr[i], &r, ceil);
+        if (i == 0) {
+            ao.read_ahead = 0;
+            if (tier_measure(hp, w, &ao, &r, &e)) { fprintf(stderr, "tiered: %s\n", e.msg); break; }
+            tier_print("mapping, no read-ahead", fr[i], &r, ceil);
+        }
+    }
+
+    /* the host tier holding every expert, warmed from the page cache */
+    xlayout *xl = NULL;
+    xstore *st = NULL;
+    const xlayout_opts xo = { .no_sidecar = 1, .direct = 0 };
+    int32_t *pairs = NULL;
+    if (!xlayout_open(&xl, c.f, hp, &xo, &e)) {
+        xstore_layout lay;
+        xstore_layout_from_xlayout(&lay, xl);
+        const uint64_t n = (uint64_t)hp->n_layer * (uint64_t)hp->n_expert;
+        const xstore_opts so = { .arena_bytes = xlayout_slot_bytes(xl, 0) * n, .io_mode = XIO_PREAD, .io_threads = 8,
+                                 .n_expert_used = hp->n_expert_used, .read_ahead = hp->n_expert_used };
+        pairs = xmalloc(sizeof(int32_t) * 2 * (size_t)n);
+        for (uint64_t k = 0; k < n; k++) {
+            pairs[2 * k] = (int32_t)(k / (uint64_t)hp->n_expert);
+            pairs[2 * k + 1] = (int32_t)(k % (uint64_t)hp->n_expert);
+        }
+        t0 = timer_ms();
+        if (!xstore_open(&st, &lay, &so, &e) && !xstore_warm(st, pairs, n, &e))
+            printf("tiered: host tier of every expert (%.1f GB) filled in %.1f s\n", xstore_arena_bytes(st) / 1e9,
+                   (timer_ms() - t0) / 1e3);
+    }
+    if (e.code) fprintf(stderr, "tiered: host tier: %s\n", e.msg);
+    else if (st) {
+        void *mem = NULL;
+        uint64_t mem_bytes = 0;
+        xstore_arena_span(st, &mem, &mem_bytes);
+        for (int i = 0; i < 3; i += 2) {
+            tier_run r;
+            cuda_model_opts ao = { .device = 0, .n_ctx = 256, .kv_f16 = 1,
+                                   .arena_bytes = (uint64_t)(fr[i] * total), .read_ahead = hp->n_expert_used,
+                                   .host = xstore_src(st), .host_mem = mem, .host_mem_bytes = mem_bytes };
+            if (tier_measure(hp, w, &ao, &r, &e)) { fprintf(stderr, "tiered: host tier: %s\n", e.msg); break; }
+            tier_print("host tier (all experts), read-ahead", fr[i], &r, ceil);
+        }
+    }
+    free(pairs);
+    xstore_close(st);
+    xlayout_close(xl);
+    cpu_close(&c);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const int do_bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
     const int do_info = argc > 1 && strcmp(argv[1], "--info") == 0;
+    const int do_tiered = argc > 1 && strcmp(argv[1], "--bench-tiered") == 0;
     err e = {0};
     cuda_ctx *probe = NULL;
     if (cuda_open(&probe, 0, &e) != 0) {
@@ -651,6 +925,7 @@ int main(int argc, char **argv)
     cuda_close(probe);
     if (do_info) return 0;
     if (do_bench) return bench(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
+    if (do_tiered) return bench_tiered(argc > 2 ? argv[2] : "/tmp/strata-80b-a3b.gguf");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     RUN(test_errors);
     RUN(test_model_q4k_mix);

@@ -183,6 +183,46 @@ TEST(test_plan)
     CHECK(xstore_plan(&lay, &o, &b, NULL) == 0 && b == 6 * lay_slot_bytes(NULL, 0) + 6 * lay_slot_bytes(NULL, 1));
 }
 
+/* The arena's span: one page-aligned mapping of xstore_arena_bytes that
+ * holds every part expert_src_get returns (what a device backend
+ * page-locks), with an arena and in the streaming mode. */
+TEST(test_arena_span)
+{
+    uint64_t total_all = 0;
+    for (int l = 0; l < NL; l++) total_all += (uint64_t)NX * lay_slot_bytes(NULL, l);
+    const uint64_t arenas[2] = { total_all / 2, 0 };
+    for (int a = 0; a < 2; a++) {
+        fixture f;
+        CHECK(fx_open(&f, arenas[a], XSTORE_EVICT_LRU, XIO_PREAD, 0, 0) == 0);
+        if (!f.s) continue;
+        void *base = NULL;
+        uint64_t bytes = 0;
+        xstore_arena_span(f.s, &base, &bytes);
+        CHECK(base != NULL);
+        CHECK_EQ_INT(bytes, xstore_arena_bytes(f.s));
+        CHECK(bytes > 0);
+        CHECK_EQ_INT((uintptr_t)base % 4096, 0);
+        const uint8_t *b0 = base, *b1 = b0 + bytes;
+        int32_t set[2] = { 1, 6 };
+        for (int l = 0; l < NL; l++) {
+            err e;
+            err_clear(&e);
+            int32_t ex[2] = { set[0], set[1] };
+            const int k = expert_src_begin_layer(f.src, l, ex, 2, &e);
+            CHECK_MSG(k == 2, "begin_layer: %d %s", k, e.msg);
+            CHECK(expert_src_wait_layer(f.src, l, &e) == 0);
+            for (int i = 0; i < k; i++)
+                for (int w = 0; w < 3; w++) {
+                    const uint8_t *p = expert_src_get(f.src, l, ex[i], w);
+                    CHECK_MSG(p && p >= b0 && p + part_bytes(l) <= b1, "layer %d expert %d part %d outside the span",
+                              l, ex[i], w);
+                }
+            expert_src_end_layer(f.src, l);
+        }
+        fx_close(&f);
+    }
+}
+
 /* Random sets over several chunks: bytes, counters, invariants. */
 TEST(test_lookups_and_counters)
 {
@@ -617,6 +657,7 @@ int main(void)
     fclose(fp);
     free(b);
     RUN(test_plan);
+    RUN(test_arena_span);
     RUN(test_lookups_and_counters);
     RUN(test_waves);
     RUN(test_policies);

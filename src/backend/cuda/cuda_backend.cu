@@ -44,7 +44,10 @@ extern "C" int cuda_open(cuda_ctx **out, int device, err *e)
     int r = 0;
     if ((r = cuda_fail(e, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate")) ||
         (r = cuda_fail(e, cudaEventCreate(&c->ev0), "cudaEventCreate")) ||
-        (r = cuda_fail(e, cudaEventCreate(&c->ev1), "cudaEventCreate")) || (r = cuda_matvec_init(c, e))) {
+        (r = cuda_fail(e, cudaEventCreate(&c->ev1), "cudaEventCreate")) ||
+        (r = cuda_fail(e, cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking), "cudaStreamCreate (copy)")) ||
+        (r = cuda_fail(e, cudaEventCreateWithFlags(&c->ev_copy, cudaEventDisableTiming), "cudaEventCreate")) ||
+        (r = cuda_matvec_init(c, e))) {
         cuda_close(c);
         return r;
     }
@@ -56,6 +59,9 @@ extern "C" void cuda_close(cuda_ctx *c)
 {
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
+    if (c->copy) cudaStreamSynchronize(c->copy);
+    if (c->ev_copy) cudaEventDestroy(c->ev_copy);
+    if (c->copy) cudaStreamDestroy(c->copy);
     if (c->ev0) cudaEventDestroy(c->ev0);
     if (c->ev1) cudaEventDestroy(c->ev1);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -103,6 +109,59 @@ extern "C" int cuda_memset(cuda_ctx *c, void *dst, int byte, size_t bytes, err *
 extern "C" int cuda_copy_d2d(cuda_ctx *c, void *dst, const void *src, size_t bytes, err *e)
 {
     return cuda_fail(e, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream), "copy d2d");
+}
+
+static uintptr_t page_down(uintptr_t a) { return a & ~(uintptr_t)4095; }
+
+extern "C" int cuda_host_register(cuda_ctx *c, const void *p, size_t bytes, int read_only, err *e)
+{
+    (void)c;
+    const uintptr_t a0 = page_down((uintptr_t)p), a1 = page_down((uintptr_t)p + bytes + 4095);
+    const unsigned flags = cudaHostRegisterPortable | (read_only ? cudaHostRegisterReadOnly : 0u);
+    const cudaError_t rc = cudaHostRegister((void *)a0, a1 - a0, flags);
+    if (rc == cudaSuccess) return 0;
+    cudaGetLastError();   /* clear the sticky-free error state */
+    return err_setf(e, ERR_UNSUPPORTED, "cuda: cudaHostRegister of %zu bytes: %s", (size_t)(a1 - a0),
+                    cudaGetErrorString(rc));
+}
+
+extern "C" void cuda_host_unregister(cuda_ctx *c, const void *p)
+{
+    (void)c;
+    cudaHostUnregister((void *)page_down((uintptr_t)p));
+    cudaGetLastError();
+}
+
+extern "C" int cuda_host_alloc(cuda_ctx *c, void **p, size_t bytes, err *e)
+{
+    (void)c;
+    *p = NULL;
+    const cudaError_t rc = cudaMallocHost(p, bytes ? bytes : 1);
+    if (rc == cudaSuccess) return 0;
+    *p = NULL;
+    return err_setf(e, ERR_NOMEM, "cuda: cudaMallocHost(%zu bytes): %s", bytes, cudaGetErrorString(rc));
+}
+
+extern "C" void cuda_host_free(cuda_ctx *c, void *p)
+{
+    (void)c;
+    if (p) cudaFreeHost(p);
+}
+
+extern "C" int cuda_copy_h2d(cuda_ctx *c, void *dst, const void *src, size_t bytes, err *e)
+{
+    return cuda_fail(e, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->copy), "copy h2d");
+}
+
+extern "C" int cuda_copy_fence(cuda_ctx *c, err *e)
+{
+    int r = cuda_fail(e, cudaEventRecord(c->ev_copy, c->copy), "copy fence (record)");
+    return r ? r : cuda_fail(e, cudaStreamWaitEvent(c->stream, c->ev_copy, 0), "copy fence (wait)");
+}
+
+extern "C" int cuda_copy_wait(cuda_ctx *c, err *e)
+{
+    return cuda_fail(e, cudaStreamSynchronize(c->copy), "copy wait");
 }
 
 extern "C" int cuda_sync(cuda_ctx *c, err *e)

@@ -70,6 +70,32 @@ int  cuda_download(cuda_ctx *c, void *dst_host, const void *src_dev, size_t byte
 int  cuda_memset(cuda_ctx *c, void *dst_dev, int byte, size_t bytes, err *e);   /* enqueued */
 int  cuda_copy_d2d(cuda_ctx *c, void *dst_dev, const void *src_dev, size_t bytes, err *e); /* enqueued */
 int  cuda_sync(cuda_ctx *c, err *e);
+/* Page-lock host memory for fast copies (cudaHostRegister) over the
+ * page-aligned span around [p, p + bytes); read_only: the device only reads
+ * it (a PROT_READ file mapping qualifies only so). ERR_UNSUPPORTED when the
+ * device or system refuses (the caller copies from pageable memory
+ * instead: the same bytes, slower). Unregister (same p) before the memory
+ * goes away. */
+int  cuda_host_register(cuda_ctx *c, const void *p, size_t bytes, int read_only, err *e);
+void cuda_host_unregister(cuda_ctx *c, const void *p);
+/* Page-locked host buffers (cudaMallocHost), for benchmarks' pinned copies. */
+int  cuda_host_alloc(cuda_ctx *c, void **p, size_t bytes, err *e);
+void cuda_host_free(cuda_ctx *c, void *p);   /* NULL is a no-op */
+
+/* ==== The copy stream ====
+ * A second stream for host -> device copies, so that copies run while the
+ * compute stream works. cuda_copy_h2d enqueues one copy there (returns at
+ * once when src is page-locked; from pageable memory the runtime stages it
+ * and may return only when the staging is done). cuda_copy_fence makes
+ * the compute stream's later work wait for every copy enqueued so far (an
+ * event, no host wait). cuda_copy_wait blocks the host until the copy
+ * stream is idle (before the source memory may change). The copy stream
+ * never waits for the compute stream: a caller that overwrites device
+ * memory a kernel may still read must have synchronized with the compute
+ * stream since that kernel was enqueued. */
+int  cuda_copy_h2d(cuda_ctx *c, void *dst_dev, const void *src_host, size_t bytes, err *e);
+int  cuda_copy_fence(cuda_ctx *c, err *e);
+int  cuda_copy_wait(cuda_ctx *c, err *e);
 
 /* ==== Timing (benchmarks) ====
  * timer_begin records an event on the stream; timer_end records a second,

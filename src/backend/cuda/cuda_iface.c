@@ -8,10 +8,12 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_model.h"
 
-static int be_open(backend_model **out, const hparams *hp, const weights *w, int n_ctx, int kv_f16,
-                   uint64_t arena_bytes, err *e)
+static int be_open(backend_model **out, const hparams *hp, const weights *w, const backend_open_opts *bo, err *e)
 {
-    const cuda_model_opts o = { .device = 0, .n_ctx = n_ctx, .kv_f16 = kv_f16, .arena_bytes = arena_bytes };
+    const cuda_model_opts o = {
+        .device = 0, .n_ctx = bo->n_ctx, .kv_f16 = bo->kv_f16, .arena_bytes = bo->arena_bytes,
+        .read_ahead = bo->read_ahead, .host = bo->host, .host_mem = bo->host_mem, .host_mem_bytes = bo->host_mem_bytes,
+    };
     cuda_model *m = NULL;
     const int rc = cuda_model_open(&m, hp, w, &o, e);
     *out = (backend_model *)m;
@@ -31,13 +33,24 @@ static void be_describe(const backend_model *m, char *buf, size_t cap)
     cuda_arena_stats st;
     cuda_model_arena_stats(cm, &st);
     if (st.n_slots)
-        snprintf(buf, cap, "%s, %.2f GB of VRAM (weights, expert arena of %d experts, KV cache, scratch)",
-                 cuda_model_device_name(cm), (double)cuda_model_vram_bytes(cm) / 1e9, st.n_slots);
+        snprintf(buf, cap, "%s, %.2f GB of VRAM (weights, expert arena of %d experts, KV cache, scratch); misses "
+                 "copied from %s memory", cuda_model_device_name(cm), (double)cuda_model_vram_bytes(cm) / 1e9,
+                 st.n_slots, st.pinned_bytes ? "page-locked" : "pageable");
     else
         snprintf(buf, cap, "%s, %.2f GB of VRAM (weights, KV cache, scratch)", cuda_model_device_name(cm),
                  (double)cuda_model_vram_bytes(cm) / 1e9);
 }
 
-static const backend_iface k_cuda = { "CUDA", be_open, be_eval, be_close, be_describe };
+static void be_stats(const backend_model *m, backend_stats *out)
+{
+    cuda_arena_stats st;
+    cuda_model_arena_stats((const cuda_model *)m, &st);
+    *out = (backend_stats){
+        .n_slots = st.n_slots, .hits = st.hits, .misses = st.misses, .bytes_h2d = st.bytes_h2d,
+        .prefetched = st.prefetched, .prefetch_used = st.prefetch_used, .pinned_bytes = st.pinned_bytes,
+    };
+}
+
+static const backend_iface k_cuda = { "CUDA", be_open, be_eval, be_close, be_describe, be_stats };
 
 const backend_iface *cuda_backend_iface(void) { return &k_cuda; }

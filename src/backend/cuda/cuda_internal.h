@@ -25,7 +25,9 @@ extern "C" {
 struct cuda_ctx {
     cuda_info    info;
     cudaStream_t stream;
+    cudaStream_t copy;       /* host -> device copies (cuda_copy_h2d) */
     cudaEvent_t  ev0, ev1;
+    cudaEvent_t  ev_copy;    /* cuda_copy_fence: the copies so far */
     int          mv_force;   /* cuda_matvec_force: 0 by shape, 1 tile, 2 direct */
 };
 

@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "quant/qtype.h"
@@ -123,8 +124,21 @@ struct cuda_model {
     int32_t  *slot_of;       /* host (n_layer * n_expert): slot or -1 */
     int32_t  *slot_key;      /* host (n_slots): layer * n_expert + expert, or -1 */
     uint64_t *slot_used;     /* host (n_slots): tick of the last use */
+    int32_t  *lru_prev, *lru_next;   /* host (n_slots): slots by last use, least recent at lru_head */
+    int32_t   lru_head, lru_tail;
     uint64_t  tick;
     int32_t  *slot_ids;      /* device (n_expert_used): this layer's experts' slots */
+    uint8_t  *slot_pf;       /* host (n_slots): filled by a prefetch, not looked up since */
+    expert_src *host;        /* borrowed: the host tier, or NULL (copies from w's mapping) */
+    const void *pinned;      /* the host memory as registered (cuda_host_register), or NULL */
+    int       ra;            /* read-ahead: top-N of the next layer's router (0: off) */
+    float    *pxn;           /* device (n_embd): the next layer's normed input (read-ahead) */
+    float    *prouter;       /* device (n_expert): its router logits */
+    int32_t  *psel;          /* device (ra): its top experts = sel + n_expert_used (one download) */
+    float    *pselw;         /* device (ra): their weights (unused) */
+    int32_t   pf_ids[32];    /* host tier: layer l + 1's predicted experts, waiting for */
+    int       pf_n;          /* arena_prefetch_host after layer l's kernels */
+    uint64_t  pf_tick;       /* layer l's tick */
     cuda_arena_stats ast;
 };
 
@@ -295,6 +309,9 @@ static int arena_setup(cuda_model *m, const cuda_model_opts *o, err *e)
                         (long long)n, slot, hp->n_expert_used, (unsigned long long)slot * hp->n_expert_used);
     if (n > all) n = all;
     m->ast.n_slots = (int)n;
+    m->ra = o->read_ahead < 0 ? 0 : o->read_ahead > 32 ? 32 : o->read_ahead;
+    if (m->ra > hp->n_expert) m->ra = hp->n_expert;
+    m->host = o->host;
     for (int l = 0; l < hp->n_layer; l++) {
         m->layers[l].gate_exps.stride = st[0];
         m->layers[l].up_exps.stride = st[1];
@@ -303,7 +320,17 @@ static int arena_setup(cuda_model *m, const cuda_model_opts *o, err *e)
     m->slot_of = malloc(sizeof(int32_t) * (size_t)all);
     m->slot_key = malloc(sizeof(int32_t) * (size_t)n);
     m->slot_used = calloc((size_t)n, sizeof(uint64_t));
-    if (!m->slot_of || !m->slot_key || !m->slot_used) return err_setf(e, ERR_NOMEM, "cuda_model: out of memory");
+    m->slot_pf = calloc((size_t)n, 1);
+    m->lru_prev = malloc(sizeof(int32_t) * (size_t)n);
+    m->lru_next = malloc(sizeof(int32_t) * (size_t)n);
+    if (!m->slot_of || !m->slot_key || !m->slot_used || !m->slot_pf || !m->lru_prev || !m->lru_next)
+        return err_setf(e, ERR_NOMEM, "cuda_model: out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        m->lru_prev[i] = (int32_t)i - 1;
+        m->lru_next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+    }
+    m->lru_head = 0;
+    m->lru_tail = (int32_t)n - 1;
     for (int64_t i = 0; i < all; i++) m->slot_of[i] = -1;
     for (int64_t i = 0; i < n; i++) m->slot_key[i] = -1;
     m->arena = 1;
@@ -311,47 +338,232 @@ static int arena_setup(cuda_model *m, const cuda_model_opts *o, err *e)
     return 0;
 }
 
+/* ---- the arena at run time ----
+ * Slots carry the tick of the layer that last used them (m->tick counts
+ * layers as they resolve). Copies into a slot are enqueued on the copy
+ * stream only after the compute stream was synchronized (the ids download
+ * of arena_resolve), so no kernel of an earlier layer can still read the
+ * slot; slots of the current tick (this layer's experts and the prefetches
+ * made beside them) are never taken. */
+
+/* The recency list: every use moves a slot to the tail (lru_use), an
+ * emptied slot goes to the head (lru_drop), so the head is the least
+ * recently used and the slots of the current tick sit at the tail. */
+static void lru_unlink(cuda_model *m, int s)
+{
+    const int p = m->lru_prev[s], n = m->lru_next[s];
+    if (p >= 0) m->lru_next[p] = n; else m->lru_head = n;
+    if (n >= 0) m->lru_prev[n] = p; else m->lru_tail = p;
+}
+
+static void lru_use(cuda_model *m, int s, uint64_t now)
+{
+    m->slot_used[s] = now;
+    if (m->lru_tail == s) return;
+    lru_unlink(m, s);
+    m->lru_prev[s] = m->lru_tail;
+    m->lru_next[s] = -1;
+    m->lru_next[m->lru_tail] = s;
+    m->lru_tail = s;
+}
+
+static void lru_drop(cuda_model *m, int s)
+{
+    m->slot_used[s] = 0;
+    if (m->lru_head == s) return;
+    lru_unlink(m, s);
+    m->lru_prev[s] = -1;
+    m->lru_next[s] = m->lru_head;
+    m->lru_prev[m->lru_head] = s;
+    m->lru_head = s;
+}
+
+/* The least recently used slot not used at tick `now`, emptied; -1 when
+ * every slot is in use at `now` (only a prefetch can meet that). O(slots of
+ * this tick): they are at the tail, the walk from the head meets them last. */
+static int arena_take(cuda_model *m, uint64_t now)
+{
+    int s = m->lru_head;
+    while (s >= 0 && m->slot_used[s] == now) s = m->lru_next[s];
+    if (s >= 0 && m->slot_key[s] >= 0) {
+        m->slot_of[m->slot_key[s]] = -1;
+        m->slot_key[s] = -1;
+    }
+    if (s >= 0) m->slot_pf[s] = 0;
+    return s;
+}
+
+/* Enqueue expert x of layer l into slot s from the file mapping. */
+static int arena_copy_map(cuda_model *m, int l, int x, int s, err *e)
+{
+    const layer_weights *lw = &m->w->layers[l];
+    const uint8_t *src[3] = { lw->gate_exps.data, lw->up_exps.data, lw->down_exps.data };
+    const dlayer *dl = &m->layers[l];
+    uint8_t *dst[3] = { (uint8_t *)dl->gate_exps.d, (uint8_t *)dl->up_exps.d, (uint8_t *)dl->down_exps.d };
+    const size_t sstride[3] = { dl->gate_exps.stride, dl->up_exps.stride, dl->down_exps.stride };
+    const size_t *xb = m->xbytes + 3 * (size_t)l;
+    for (int k = 0; k < 3; k++)
+        TRY(cuda_copy_h2d(m->cu, dst[k] + (size_t)s * sstride[k], src[k] + (size_t)x * xb[k], xb[k], e));
+    m->ast.bytes_h2d += xb[0] + xb[1] + xb[2];
+    return 0;
+}
+
+/* The misses xs[0..n) of layer l (each already given its slot in
+ * m->slot_of) through the host tier: begin (it may take them in waves and
+ * reorders each wave), wait, copy each from get(), wait for the copies,
+ * end. */
+static int arena_copy_host(cuda_model *m, int l, int32_t *xs, int n, err *e)
+{
+    const int NE = m->hp.n_expert;
+    const dlayer *dl = &m->layers[l];
+    uint8_t *dst[3] = { (uint8_t *)dl->gate_exps.d, (uint8_t *)dl->up_exps.d, (uint8_t *)dl->down_exps.d };
+    const size_t sstride[3] = { dl->gate_exps.stride, dl->up_exps.stride, dl->down_exps.stride };
+    const size_t *xb = m->xbytes + 3 * (size_t)l;
+    for (int done = 0; done < n;) {
+        const int k = expert_src_begin_layer(m->host, l, xs + done, n - done, e);
+        if (k < 0) return k;
+        int rc = 0;
+        if (k == 0 || k > n - done)
+            rc = err_setf(e, ERR_INTERNAL, "cuda_model: the host tier returned a wave of %d of %d experts", k,
+                          n - done);
+        if (!rc) rc = expert_src_wait_layer(m->host, l, e);
+        for (int i = 0; i < k && !rc; i++) {
+            const int x = xs[done + i], s = m->slot_of[l * NE + x];
+            for (int part = 0; part < 3 && !rc; part++) {
+                const void *p = expert_src_get(m->host, l, x, part);
+                rc = p ? cuda_copy_h2d(m->cu, dst[part] + (size_t)s * sstride[part], p, xb[part], e)
+                       : err_setf(e, ERR_INTERNAL, "cuda_model: the host tier has no data for layer %d expert %d",
+                                  l, x);
+            }
+            if (!rc) m->ast.bytes_h2d += xb[0] + xb[1] + xb[2];
+        }
+        /* the host slots stay pinned until the copies out of them are done */
+        const int rw = cuda_copy_wait(m->cu, rc ? NULL : e);
+        expert_src_end_layer(m->host, l);
+        if (rc) return rc;
+        if (rw) return rw;
+        done += k;
+    }
+    return 0;
+}
+
 /* Layer l's routed experts (m->sel, on the device) into arena slots: the
- * ids come to the host; a hit refreshes its slot, a miss takes the least
- * recently used slot not used by this layer's row and copies the expert's
- * gate, up and down there from the host mapping; the slots go to
- * m->slot_ids for the expert matvecs. */
+ * ids (and, with read-ahead, layer l + 1's predicted ones) come to the
+ * host; a hit refreshes its slot, a miss takes the least recently used
+ * slot not used by this layer's row; the misses are copied on the copy
+ * stream (from the mapping or through the host tier) and the compute
+ * stream is fenced behind them; the slots go to m->slot_ids for the expert
+ * matvecs. Then the read-ahead: without a host tier the predicted experts
+ * not in the arena are copied behind the fence (no kernel waits for them
+ * before the next layer's fence); with one they are the host tier's
+ * prefetch. A failed copy leaves the slots it was filling empty. */
 static int arena_resolve(cuda_model *m, int l, err *e)
 {
     const int K = m->hp.n_expert_used, NE = m->hp.n_expert;
-    int32_t sel[32], slots[32];
-    TRY(cuda_download(m->cu, sel, m->sel, sizeof(int32_t) * (size_t)K, e));
+    const int ra = m->ra && l + 1 < m->hp.n_layer ? m->ra : 0;
+    int32_t sel[64], slots[32], miss[32];   /* K, ra <= 32 */
+    int nm = 0;
+    TRY(cuda_download(m->cu, sel, m->sel, sizeof(int32_t) * (size_t)(K + ra), e));
     const uint64_t now = ++m->tick;
-    const layer_weights *lw = &m->w->layers[l];
-    const uint8_t *src[3] = { lw->gate_exps.data, lw->up_exps.data, lw->down_exps.data };
-    dlayer *dl = &m->layers[l];
-    uint8_t *dst[3] = { (uint8_t *)dl->gate_exps.d, (uint8_t *)dl->up_exps.d, (uint8_t *)dl->down_exps.d };
-    const size_t sstride[3] = { dl->gate_exps.stride, dl->up_exps.stride, dl->down_exps.stride };
-    for (int t = 0; t < K; t++) {
+    for (int t = 0; t < K + ra; t++)
         if (sel[t] < 0 || sel[t] >= NE)
-            return err_setf(e, ERR_INTERNAL, "cuda_model: layer %d routed expert id %d (n_expert %d)", l,
+            return err_setf(e, ERR_INTERNAL, "cuda_model: layer %d routed expert id %d (n_expert %d)", l + (t >= K),
                             (int)sel[t], NE);
+    for (int t = 0; t < K; t++) {
         const int32_t key = l * NE + sel[t];
         int s = m->slot_of[key];
         if (s >= 0) {
             m->ast.hits++;
+            if (m->slot_pf[s]) { m->ast.prefetch_used++; m->slot_pf[s] = 0; }
         } else {
-            s = -1;
-            for (int i = 0; i < m->ast.n_slots; i++)
-                if (m->slot_used[i] != now && (s < 0 || m->slot_used[i] < m->slot_used[s])) s = i;
-            if (m->slot_key[s] >= 0) m->slot_of[m->slot_key[s]] = -1;
-            const size_t *xb = m->xbytes + 3 * (size_t)l;
-            for (int k = 0; k < 3; k++)
-                TRY(cuda_upload(m->cu, dst[k] + (size_t)s * sstride[k], src[k] + (size_t)sel[t] * xb[k], xb[k], e));
+            s = arena_take(m, now);   /* >= 0: n_slots >= K */
             m->slot_key[s] = key;
             m->slot_of[key] = s;
             m->ast.misses++;
-            m->ast.bytes_h2d += xb[0] + xb[1] + xb[2];
+            miss[nm++] = sel[t];
         }
-        m->slot_used[s] = now;
+        lru_use(m, s, now);
         slots[t] = s;
     }
-    return cuda_upload(m->cu, m->slot_ids, slots, sizeof(int32_t) * (size_t)K, e);
+    /* the compute stream is idle (the download): this upload waits for nothing */
+    TRY(cuda_upload(m->cu, m->slot_ids, slots, sizeof(int32_t) * (size_t)K, e));
+    int rc = 0;
+    if (m->host) rc = arena_copy_host(m, l, miss, nm, e);
+    else
+        for (int i = 0; i < nm && !rc; i++) rc = arena_copy_map(m, l, miss[i], m->slot_of[l * NE + miss[i]], e);
+    if (rc) {   /* the slots being filled hold nothing */
+        for (int i = 0; i < nm; i++) {
+            const int32_t key = l * NE + miss[i];
+            const int s = m->slot_of[key];
+            m->slot_of[key] = -1;
+            m->slot_key[s] = -1;
+            lru_drop(m, s);
+        }
+        return rc;
+    }
+    TRY(cuda_copy_fence(m->cu, e));
+    if (!ra) return 0;
+    if (m->host) {   /* after this layer's kernels are enqueued: arena_prefetch_host */
+        memcpy(m->pf_ids, sel + K, sizeof(int32_t) * (size_t)ra);
+        m->pf_n = ra;
+        m->pf_tick = now;
+        return 0;
+    }
+    for (int t = K; t < K + ra; t++) {
+        const int32_t key = (l + 1) * NE + sel[t];
+        if (m->slot_of[key] >= 0) continue;
+        const int s = arena_take(m, now);
+        if (s < 0) break;   /* every slot serves this layer */
+        if ((rc = arena_copy_map(m, l + 1, sel[t], s, e))) { lru_drop(m, s); return rc; }
+        m->slot_key[s] = key;
+        m->slot_of[key] = s;
+        lru_use(m, s, now);
+        m->slot_pf[s] = 1;
+        m->ast.prefetched++;
+    }
+    return 0;
+}
+
+/* The host tier's read-ahead, called once layer l's kernels are enqueued:
+ * layer l + 1's predicted experts (arena_resolve kept them) that the
+ * device arena lacks go through the host tier (begin, wait, copy, end, as
+ * misses) into slots not used by layer l, while the GPU computes layer l.
+ * The host blocks on the reads and copies here, which it would do at layer
+ * l + 1's download anyway. A failure only drops the guesses (the demand at
+ * layer l + 1 reads them again and reports what fails then). */
+static void arena_prefetch_host(cuda_model *m, int l)
+{
+    const int NE = m->hp.n_expert, n = m->pf_n;
+    m->pf_n = 0;
+    if (!n || l + 1 >= m->hp.n_layer) return;
+    int32_t xs[32];
+    int np = 0;
+    for (int t = 0; t < n; t++) {
+        const int32_t key = (l + 1) * NE + m->pf_ids[t];
+        if (m->slot_of[key] >= 0) continue;
+        const int s = arena_take(m, m->pf_tick);
+        if (s < 0) break;   /* every slot serves layer l */
+        m->slot_key[s] = key;
+        m->slot_of[key] = s;
+        lru_use(m, s, m->pf_tick);
+        m->slot_pf[s] = 1;
+        xs[np++] = m->pf_ids[t];
+    }
+    if (!np) return;
+    int32_t order[32];
+    memcpy(order, xs, sizeof(int32_t) * (size_t)np);   /* the host tier may reorder xs */
+    if (arena_copy_host(m, l + 1, xs, np, NULL)) {
+        for (int i = 0; i < np; i++) {
+            const int32_t key = (l + 1) * NE + order[i];
+            const int s = m->slot_of[key];
+            m->slot_of[key] = -1;
+            m->slot_key[s] = -1;
+            lru_drop(m, s);
+            m->slot_pf[s] = 0;
+        }
+        return;
+    }
+    m->ast.prefetched += (uint64_t)np;
 }
 
 static void walk_kv(cuda_model *m, const void *ctx, carver *c)
@@ -389,8 +601,15 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     m->att = carve(c, NULL, sizeof(float) * qd);
     m->xq = carve(c, NULL, xqb);
     m->router = carve(c, NULL, sizeof(float) * (size_t)hp->n_expert);
-    m->sel = carve(c, NULL, sizeof(int32_t) * K);
+    /* sel and psel back to back: one download brings both to the host */
+    m->sel = carve(c, NULL, sizeof(int32_t) * (K + (size_t)m->ra));
+    m->psel = m->sel ? m->sel + K : NULL;
     m->selw = carve(c, NULL, sizeof(float) * K);
+    if (m->ra) {
+        m->pxn = carve(c, NULL, sizeof(float) * E);
+        m->prouter = carve(c, NULL, sizeof(float) * (size_t)hp->n_expert);
+        m->pselw = carve(c, NULL, sizeof(float) * (size_t)m->ra);
+    }
     m->slot_ids = carve(c, NULL, sizeof(int32_t) * K);
     m->g = carve(c, NULL, sizeof(float) * K * F);
     m->u = carve(c, NULL, sizeof(float) * K * F);
@@ -403,13 +622,35 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     m->step = carve(c, NULL, sizeof(int32_t) * 2);
 }
 
+/* Page-lock the memory the arena's misses copy from, when the system
+ * allows (else they copy from pageable memory: the same bytes, slower): the
+ * host tier's slots, or the file mapping read-only when it is at most half
+ * of the machine's RAM (pinning keeps all of it resident). */
+static void pin_host(cuda_model *m, const cuda_model_opts *o, const weights *w)
+{
+    const void *p = o->host ? o->host_mem : w->map;
+    const uint64_t n = o->host ? o->host_mem_bytes : w->map_bytes;
+    if (!p || !n) return;
+    if (!o->host) {
+        const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        if (pages <= 0 || psz <= 0 || n > (uint64_t)pages * (uint64_t)psz / 2) return;
+    }
+    if (cuda_host_register(m->cu, p, (size_t)n, !o->host, NULL)) return;
+    m->pinned = p;
+    m->ast.pinned_bytes = n;
+}
+
 int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const cuda_model_opts *o, err *e)
 {
     *out = NULL;
     TRY(check_shape(hp, o, e));
-    if (w->mode != WEIGHTS_MAP_ALL)
+    if (w->mode != WEIGHTS_MAP_ALL && !o->host)
         return err_setf(e, ERR_USAGE, "cuda_model: the weights must be opened WEIGHTS_MAP_ALL (experts are "
-                        "uploaded from the mapping)");
+                        "uploaded from the mapping) unless a host tier serves them");
+    if ((o->host || o->read_ahead) && !o->arena_bytes)
+        return err_setf(e, ERR_USAGE, "cuda_model: a host tier and read-ahead feed the GPU's expert arena: they "
+                        "need arena_bytes (--gpu-arena)");
+    if (o->read_ahead < 0) return err_setf(e, ERR_USAGE, "cuda_model: read-ahead %d is negative", o->read_ahead);
     const int t_embd = w->tok_embd.type;
     if (!cuda_act_bytes(t_embd, hp->n_embd) && t_embd != QTYPE_F32 && t_embd != QTYPE_F16 && t_embd != QTYPE_BF16)
         return err_setf(e, ERR_UNSUPPORTED, "cuda_model: tensor token_embd.weight: type %s has no CUDA get_rows",
@@ -454,6 +695,7 @@ int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const
     if ((rc = cuda_open(&m->cu, o->device, e))) goto fail;
     if ((rc = carve_pool(m, walk_weights, w, "the weights", &m->wpool, &m->wbytes, e))) goto fail;
     if (m->arena && (rc = carve_pool(m, walk_arena, NULL, "the expert arena", &m->apool, &m->abytes, e))) goto fail;
+    if (m->arena) pin_host(m, o, w);
     if ((rc = carve_pool(m, walk_kv, NULL, "the KV cache", &m->kvpool, &m->kvbytes, e))) goto fail;
     if ((rc = carve_pool(m, walk_scratch, NULL, "the scratch", &m->spool, &m->sbytes, e))) goto fail;
     pos = malloc(sizeof(int32_t) * (size_t)m->n_ctx);
@@ -476,6 +718,7 @@ void cuda_model_close(cuda_model *m)
     if (!m) return;
     if (m->cu) {
         cuda_sync(m->cu, NULL);
+        cuda_copy_wait(m->cu, NULL);   /* no copy still writes the arena or reads pinned memory */
         cuda_graph_free(m->graph);
         cuda_graph_free(m->graph_row);
         cuda_graph_free(m->graph_head);
@@ -483,12 +726,16 @@ void cuda_model_close(cuda_model *m)
         cuda_free(m->cu, m->kvpool);
         cuda_free(m->cu, m->wpool);
         cuda_free(m->cu, m->apool);
+        if (m->pinned) cuda_host_unregister(m->cu, m->pinned);
         cuda_close(m->cu);
     }
     free(m->xbytes);
     free(m->slot_of);
     free(m->slot_key);
     free(m->slot_used);
+    free(m->slot_pf);
+    free(m->lru_prev);
+    free(m->lru_next);
     free(m->layers);
     free(m);
 }
@@ -626,6 +873,15 @@ static int layer_moe(cuda_model *m, int l, err *e)
     /* xn = rms(x): the router reads it as floats (an F32 router), the
      * experts quantized; both from one launch when the router needs no
      * quantization of its own (it would reuse m->xq) */
+    /* read-ahead first (its router input may take m->xq, which this layer
+     * fills below): layer l + 1's ffn_norm and router on the same residual,
+     * its top m->ra experts to m->psel for arena_resolve's download */
+    if (m->ra && l + 1 < hp->n_layer) {
+        const dlayer *dn = &m->layers[l + 1];
+        TRY(cuda_rmsnorm(cu, m->pxn, m->x, dn->ffn_norm, E, 1, hp->rms_eps, e));
+        TRY(mv(m, &dn->gate_inp, m->pxn, m->prouter, e));
+        TRY(cuda_router_topk(cu, m->prouter, hp->n_expert, m->ra, 1, m->psel, m->pselw, e));
+    }
     const int fused = dl->gate_inp.act_f32 && q8_dot(&dl->gate_exps);
     if (fused) TRY(cuda_rmsnorm_quant(cu, dl->gate_exps.type, m->xn, m->xq, m->x, dl->ffn_norm, E, hp->rms_eps, e));
     else TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
@@ -661,7 +917,9 @@ static int layer_moe(cuda_model *m, int l, err *e)
     }
     const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
     TRY(mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, e));
-    return cuda_moe_combine(cu, m->x, m->eout, m->selw, 1, K, E, e);
+    TRY(cuda_moe_combine(cu, m->x, m->eout, m->selw, 1, K, E, e));
+    if (m->pf_n) arena_prefetch_host(m, l);
+    return 0;
 }
 
 /* One row: the token at *tok, position *pos (device pointers). `record` copies the residual

@@ -27,6 +27,7 @@
 
 #include <stdint.h>
 
+#include "model/expert_src.h"
 #include "model/hparams.h"
 #include "model/weights.h"
 #include "util/err.h"
@@ -40,26 +41,51 @@ typedef struct cuda_model_opts {
     /* 0: every expert resident in VRAM. > 0: the VRAM expert arena: the
      * routed experts live in slots of one (gate, up, down) each, this many
      * bytes in all (at least n_expert_used slots), shared by all layers
-     * and replaced least recently used; a miss is copied from the host
-     * mapping of `w`, which must then outlive the model. Each layer's
-     * expert ids go to the host (one synchronous download a layer), so
-     * rows run the plain path, not graphs. */
+     * and replaced least recently used. Each layer's expert ids go to the
+     * host (one synchronous download a layer), so rows run the plain path,
+     * not graphs. A miss is copied on the copy stream (cuda_copy_h2d) from
+     * the host tier: `host` when set, else the file mapping of `w` (which
+     * must then outlive the model; it is page-locked read-only when it is
+     * at most half of the machine's RAM, else copied from pageable memory). */
     uint64_t arena_bytes;
+    /* With an arena: before layer l's own routing, layer l+1's ffn_norm and
+     * router run on the same residual (as the CPU engine's read-ahead from
+     * attn) and its top read_ahead experts (at most 32) come down with
+     * layer l's ids. Without `host` those not in the arena are copied
+     * into it on the copy stream behind layer l's misses, overlapping layer
+     * l's expert compute and layer l+1's attention; with `host` they go
+     * through the host tier (begun, waited, copied, ended as layer l + 1's
+     * demands there) once layer l's kernels are enqueued, so the GPU
+     * computes layer l meanwhile. Never changes results. 0: off. */
+    int read_ahead;
+    /* The host tier (borrowed, must outlive the model), NULL: the mapping.
+     * A layer's misses are begun in it (waves when they do not fit), waited,
+     * copied from its get() pointers, and ended after the copies finished.
+     * `w` may then be WEIGHTS_RESIDENT_ONLY. host_mem/host_mem_bytes: its
+     * slot memory, page-locked at open when the system allows (NULL: none). */
+    expert_src *host;
+    void       *host_mem;
+    uint64_t    host_mem_bytes;
 } cuda_model_opts;
 
 /* Counters of the VRAM expert arena since open (zeros without one). */
 typedef struct cuda_arena_stats {
     int      n_slots;       /* experts the arena holds */
     uint64_t hits, misses;  /* expert lookups (one per routed expert per layer per row) */
-    uint64_t bytes_h2d;     /* expert bytes copied host -> device */
+    uint64_t bytes_h2d;     /* expert bytes copied host -> device (misses and prefetches) */
+    uint64_t prefetched;    /* experts copied ahead by read-ahead (no host tier) */
+    uint64_t prefetch_used; /* of them, looked up by their layer before eviction (counted as hits) */
+    uint64_t pinned_bytes;  /* host memory page-locked for the copies (0: pageable) */
 } cuda_arena_stats;
 
-/* Open the GPU, upload every tensor of `w` (which must be WEIGHTS_MAP_ALL:
- * the expert tensors are read from its mapping), allocate the KV cache and
- * the scratch for one row. ERR_UNSUPPORTED without a GPU (callers skip),
- * ERR_NOMEM when VRAM is short (the message names the bytes needed and
- * free), ERR_UNSUPPORTED for a tensor type without a kernel (named). hp and
- * w are borrowed only during the call. */
+/* Open the GPU, upload every tensor of `w` (WEIGHTS_MAP_ALL: the expert
+ * tensors are read from its mapping; with o->host it may be
+ * WEIGHTS_RESIDENT_ONLY), allocate the KV cache and the scratch for one
+ * row. ERR_UNSUPPORTED without a GPU (callers skip), ERR_NOMEM when VRAM is
+ * short (the message names the bytes needed and free), ERR_USAGE for a host
+ * tier or read-ahead without an arena, ERR_UNSUPPORTED for a tensor type
+ * without a kernel (named). hp and w are borrowed only during the call
+ * (but see arena_bytes). */
 int  cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const cuda_model_opts *o, err *e);
 void cuda_model_close(cuda_model *m);   /* NULL is a no-op */
 

@@ -1,0 +1,33 @@
+#!/bin/sh
+# Tiered decode/prefill of the GPU forward (issue 9): a generated 80b-a3b
+# model (48 layers x 512 experts, top-10, Q4_K experts, ~44 GB) held in host
+# RAM, the GPU's expert arena at 10%, 25% and 50% of the expert bytes.
+# Printed in one run (test_cuda_model --bench-tiered): the host-to-device
+# copy bandwidth from page-locked memory (one 1 GiB copy and in pieces of
+# an expert matrix: the miss path's ceiling) and from pageable memory; for
+# each arena: decode and prefill tok/s, hit rate, MB copied a token, and
+# GB/s as a fraction of the ceiling; misses from the page-locked file
+# mapping with and without read-ahead, and through a host tier (the expert
+# store holding every expert, page-locked).
+#
+# Usage: sh bench/cuda/tiered.sh [MODEL]
+#   MODEL  default /tmp/strata-80b-a3b.gguf; generated when missing
+#          (strata mkmodel --preset 80b-a3b: ~44 GB of disk, a few minutes
+#          on 16 cores). Needs about 2x the model in host RAM (page cache
+#          plus the host tier) and the model's dense part plus half its
+#          experts in VRAM.
+# Binary: $T, else build/tests/test_cuda_model, else the carried static build
+# build/prebuilt/test_cuda_model_static.
+M=${1:-/tmp/strata-80b-a3b.gguf}
+T=${T:-}
+for c in "$T" build/tests/test_cuda_model build/prebuilt/test_cuda_model_static; do
+    [ -n "$c" ] && [ -x "$c" ] && "$c" --info </dev/null >/dev/null 2>&1 && { T=$c; break; }
+    T=""
+done
+[ -n "$T" ] || { echo "tiered.sh: no test_cuda_model binary starts (make cuda)"; exit 1; }
+if [ ! -f "$M" ] && [ -x build/strata ]; then
+    build/strata mkmodel --preset 80b-a3b -q -o "$M" || echo "tiered.sh: strata mkmodel failed; the test generates it"
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv 2>/dev/null
+free -g | head -2
+exec "$T" --bench-tiered "$M"
