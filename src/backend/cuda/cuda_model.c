@@ -53,6 +53,10 @@
 
 #define TRY(call) do { int rc_ = (call); if (rc_) return rc_; } while (0)
 
+/* Most rows of a prompt chunk with an arena (each row's k experts must fit
+ * in the arena at once: the chunk is also at most n_slots / k rows). */
+#define CHUNK_MAX 256
+
 /* ==== Types ==== */
 
 /* A weight matrix (or a stack of expert matrices) in VRAM. */
@@ -136,6 +140,19 @@ struct cuda_model {
     float    *prouter;       /* device (n_expert): its router logits */
     int32_t  *psel;          /* device (ra): its top experts = sel + n_expert_used (one download) */
     float    *pselw;         /* device (ra): their weights (unused) */
+    /* prompt chunks with an arena (layer_moe_chunk): nc rows at a time */
+    int       nc;            /* rows a chunk (n_slots / n_expert_used, <= CHUNK_MAX); < 2: rows one by one */
+    int       nc_set;        /* cuda_model_set_chunk's cap (0: none) */
+    float    *cx, *cxn;      /* device (nc, n_embd): the chunk's residual rows, their norms */
+    uint8_t  *cxq, *cxq2;    /* device: the rows quantized for the router / gate (cxq) and up (cxq2) */
+    float    *crouter;       /* device (nc, n_expert) */
+    int32_t  *csel;          /* device (nc, k) */
+    float    *cselw;         /* device (nc, k) */
+    int32_t  *cslt;          /* device (k, nc): slot of row i's t-th expert at t * nr + i */
+    float    *cg, *cup;      /* device (nc, k, n_ff_exp) gate (then hidden), up */
+    uint8_t  *cxqd;          /* device (nc, k) down inputs */
+    float    *ceout;         /* device (nc, k, n_embd) */
+    int32_t  *hsel, *hslot, *hslt, *hmiss;   /* host (nc * k) */
     int32_t   pf_ids[32];    /* host tier: layer l + 1's predicted experts, waiting for */
     int       pf_n;          /* arena_prefetch_host after layer l's kernels */
     uint64_t  pf_tick;       /* layer l's tick */
@@ -309,6 +326,15 @@ static int arena_setup(cuda_model *m, const cuda_model_opts *o, err *e)
                         (long long)n, slot, hp->n_expert_used, (unsigned long long)slot * hp->n_expert_used);
     if (n > all) n = all;
     m->ast.n_slots = (int)n;
+    m->nc = (int)(n / hp->n_expert_used) < CHUNK_MAX ? (int)(n / hp->n_expert_used) : CHUNK_MAX;
+    if (m->nc >= 2) {
+        const size_t nk = (size_t)m->nc * (size_t)hp->n_expert_used;
+        m->hsel = malloc(sizeof(int32_t) * nk);
+        m->hslot = malloc(sizeof(int32_t) * nk);
+        m->hslt = malloc(sizeof(int32_t) * nk);
+        m->hmiss = malloc(sizeof(int32_t) * nk);
+        if (!m->hsel || !m->hslot || !m->hslt || !m->hmiss) return err_setf(e, ERR_NOMEM, "cuda_model: out of memory");
+    }
     m->ra = o->read_ahead < 0 ? 0 : o->read_ahead > 32 ? 32 : o->read_ahead;
     if (m->ra > hp->n_expert) m->ra = hp->n_expert;
     m->host = o->host;
@@ -605,6 +631,30 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     m->sel = carve(c, NULL, sizeof(int32_t) * (K + (size_t)m->ra));
     m->psel = m->sel ? m->sel + K : NULL;
     m->selw = carve(c, NULL, sizeof(float) * K);
+    if (m->nc >= 2) {
+        const size_t nc = (size_t)m->nc;
+        size_t aq = 0, aq2 = 0, ad = 0;
+        for (int l = 0; l < hp->n_layer; l++) {
+            const dlayer *dl = &m->layers[l];
+            if (dl->gate_inp.act_bytes > aq) aq = dl->gate_inp.act_bytes;
+            if (dl->gate_exps.act_bytes > aq) aq = dl->gate_exps.act_bytes;
+            if (dl->up_exps.act_bytes > aq2) aq2 = dl->up_exps.act_bytes;
+            const size_t dn = dl->down_exps.act_f32 ? sizeof(float) * F : dl->down_exps.act_bytes;
+            if (dn > ad) ad = dn;
+        }
+        m->cx = carve(c, NULL, sizeof(float) * nc * E);
+        m->cxn = carve(c, NULL, sizeof(float) * nc * E);
+        m->cxq = carve(c, NULL, nc * aq);
+        m->cxq2 = carve(c, NULL, nc * aq2);
+        m->crouter = carve(c, NULL, sizeof(float) * nc * (size_t)hp->n_expert);
+        m->csel = carve(c, NULL, sizeof(int32_t) * nc * K);
+        m->cselw = carve(c, NULL, sizeof(float) * nc * K);
+        m->cslt = carve(c, NULL, sizeof(int32_t) * nc * K);
+        m->cg = carve(c, NULL, sizeof(float) * nc * K * F);
+        m->cup = carve(c, NULL, sizeof(float) * nc * K * F);
+        m->cxqd = carve(c, NULL, nc * K * ad);
+        m->ceout = carve(c, NULL, sizeof(float) * nc * K * E);
+    }
     if (m->ra) {
         m->pxn = carve(c, NULL, sizeof(float) * E);
         m->prouter = carve(c, NULL, sizeof(float) * (size_t)hp->n_expert);
@@ -736,6 +786,10 @@ void cuda_model_close(cuda_model *m)
     free(m->slot_pf);
     free(m->lru_prev);
     free(m->lru_next);
+    free(m->hsel);
+    free(m->hslot);
+    free(m->hslt);
+    free(m->hmiss);
     free(m->layers);
     free(m);
 }
@@ -922,6 +976,190 @@ static int layer_moe(cuda_model *m, int l, err *e)
     return 0;
 }
 
+/* ==== Prompt chunks with an arena ====
+ * Row at a time, every routed expert of every row is a lookup, and a
+ * miss is copied for that row alone; a chunk of nr rows instead routes all
+ * its rows of a layer first and copies each distinct expert once (as the
+ * CPU engine's chunked prefill reads each once). Per row the arithmetic is
+ * the row path's, kernel for kernel (the same matvec per item, norms,
+ * quantization, top-k and combine per row), so results are bit-identical
+ * to it; only the number of copies and lookups changes. */
+
+/* Layer l's experts for the chunk's rows (m->csel, nr x k, on the device)
+ * into arena slots: one lookup per distinct expert, a miss copied once;
+ * the slots go to m->cslt transposed (k x nr). nr * k <= n_slots, so all
+ * of them fit at once. */
+static int arena_resolve_chunk(cuda_model *m, int l, int nr, err *e)
+{
+    const int K = m->hp.n_expert_used, NE = m->hp.n_expert, nk = nr * K;
+    TRY(cuda_download(m->cu, m->hsel, m->csel, sizeof(int32_t) * (size_t)nk, e));
+    const uint64_t now = ++m->tick;
+    int nm = 0;
+    for (int b = 0; b < nk; b++)
+        if (m->hsel[b] < 0 || m->hsel[b] >= NE)
+            return err_setf(e, ERR_INTERNAL, "cuda_model: layer %d routed expert id %d (n_expert %d)", l,
+                            (int)m->hsel[b], NE);
+    for (int b = 0; b < nk; b++) {
+        const int32_t key = l * NE + m->hsel[b];
+        int s = m->slot_of[key];
+        if (s >= 0) {
+            if (m->slot_used[s] != now) {   /* the chunk's first lookup of this expert */
+                m->ast.hits++;
+                if (m->slot_pf[s]) { m->ast.prefetch_used++; m->slot_pf[s] = 0; }
+                lru_use(m, s, now);
+            }
+        } else {
+            s = arena_take(m, now);   /* >= 0: nk <= n_slots */
+            m->slot_key[s] = key;
+            m->slot_of[key] = s;
+            m->ast.misses++;
+            m->hmiss[nm++] = m->hsel[b];
+            lru_use(m, s, now);
+        }
+        m->hslot[b] = s;
+    }
+    for (int i = 0; i < nr; i++)
+        for (int t = 0; t < K; t++) m->hslt[t * nr + i] = m->hslot[i * K + t];
+    TRY(cuda_upload(m->cu, m->cslt, m->hslt, sizeof(int32_t) * (size_t)nk, e));
+    int rc = 0;
+    if (m->host) rc = arena_copy_host(m, l, m->hmiss, nm, e);
+    else
+        for (int i = 0; i < nm && !rc; i++)
+            rc = arena_copy_map(m, l, m->hmiss[i], m->slot_of[l * NE + m->hmiss[i]], e);
+    if (rc) {   /* the slots being filled hold nothing */
+        for (int i = 0; i < nm; i++) {
+            const int32_t key = l * NE + m->hmiss[i];
+            const int s = m->slot_of[key];
+            if (s < 0) continue;
+            m->slot_of[key] = -1;
+            m->slot_key[s] = -1;
+            lru_drop(m, s);
+        }
+        return rc;
+    }
+    return cuda_copy_fence(m->cu, e);
+}
+
+/* y rows = W x rows for one matrix: nr items of one shared matrix. */
+static int mv_rows(cuda_model *m, const dmat *w, const void *xq, size_t x_stride, float *y, size_t y_stride, int nr,
+                   err *e)
+{
+    cuda_matvec_args a = {
+        .wtype = w->type, .w = w->d, .rows = w->rows, .k = w->k, .n_batch = nr, .xq = xq, .x_stride = x_stride,
+        .y = y, .y_stride = y_stride,
+    };
+    return cuda_matvec_batch(m->cu, &a, e);
+}
+
+/* One expert stack for the chunk: item (i, t) = row i's t-th expert, one
+ * launch per t (the t-th experts of all rows: ids m->cslt + t * nr), input
+ * row i at xq + i * x_row (+ t * x_item), output at y + (i * k + t) * y_item. */
+static int mv_experts_chunk(cuda_model *m, const dmat *w, const dmat *w2, const void *xq, size_t x_row,
+                            size_t x_item, float *y, float *y2, size_t y_item, int nr, err *e)
+{
+    const int K = m->hp.n_expert_used;
+    for (int t = 0; t < K; t++) {
+        cuda_matvec_args a = {
+            .wtype = w->type, .w = w->d, .w_stride = w->stride, .ids = m->cslt + (size_t)t * nr,
+            .rows = w->rows, .k = w->k, .n_batch = nr, .xq = (const uint8_t *)xq + (size_t)t * x_item,
+            .x_stride = x_row, .y = y + (size_t)t * y_item, .y_stride = (size_t)K * y_item,
+            .w2 = w2 ? w2->d : NULL, .y2 = w2 ? y2 + (size_t)t * y_item : NULL,
+        };
+        TRY(cuda_matvec_batch(m->cu, &a, e));
+    }
+    return 0;
+}
+
+/* MoE half of layer l for nr rows at x (device, nr x n_embd): the row
+ * path's layer_moe for each row, with one lookup and copy per distinct
+ * expert. */
+static int layer_moe_chunk(cuda_model *m, int l, float *x, int nr, err *e)
+{
+    const hparams *hp = &m->hp;
+    const dlayer *dl = &m->layers[l];
+    const int E = hp->n_embd, F = hp->n_ff_exp, K = hp->n_expert_used;
+    cuda_ctx *cu = m->cu;
+    TRY(cuda_rmsnorm(cu, m->cxn, x, dl->ffn_norm, E, nr, hp->rms_eps, e));
+    const void *rq = m->cxn;
+    size_t rs = sizeof(float) * (size_t)E;
+    if (!dl->gate_inp.act_f32) {
+        TRY(cuda_act_quant(cu, dl->gate_inp.type, m->cxn, m->cxq, E, nr, e));
+        rq = m->cxq;
+        rs = dl->gate_inp.act_bytes;
+    }
+    TRY(mv_rows(m, &dl->gate_inp, rq, rs, m->crouter, (size_t)hp->n_expert, nr, e));
+    TRY(cuda_router_topk(cu, m->crouter, hp->n_expert, K, nr, m->csel, m->cselw, e));
+    TRY(arena_resolve_chunk(m, l, nr, e));
+    /* gate and up: the rows quantized once per dot type */
+    const void *xg = m->cxn, *xu = m->cxn;
+    size_t sg = sizeof(float) * (size_t)E, su = sg;
+    if (!dl->gate_exps.act_f32) {
+        TRY(cuda_act_quant(cu, dl->gate_exps.type, m->cxn, m->cxq, E, nr, e));
+        xg = m->cxq;
+        sg = dl->gate_exps.act_bytes;
+    }
+    if (same_dot(&dl->up_exps, &dl->gate_exps)) {
+        xu = xg;
+        su = sg;
+    } else if (!dl->up_exps.act_f32) {
+        TRY(cuda_act_quant(cu, dl->up_exps.type, m->cxn, m->cxq2, E, nr, e));
+        xu = m->cxq2;
+        su = dl->up_exps.act_bytes;
+    }
+    if (dl->up_exps.type == dl->gate_exps.type && dl->up_exps.stride == dl->gate_exps.stride &&
+        dl->up_exps.rows == dl->gate_exps.rows) {
+        TRY(mv_experts_chunk(m, &dl->gate_exps, &dl->up_exps, xg, sg, 0, m->cg, m->cup, (size_t)F, nr, e));
+    } else {
+        TRY(mv_experts_chunk(m, &dl->gate_exps, NULL, xg, sg, 0, m->cg, NULL, (size_t)F, nr, e));
+        TRY(mv_experts_chunk(m, &dl->up_exps, NULL, xu, su, 0, m->cup, NULL, (size_t)F, nr, e));
+    }
+    /* down: item (i, t)'s hidden row h = swiglu(g, u) at (i * k + t) */
+    const void *xd;
+    const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
+    if (q8_dot(&dl->down_exps)) {
+        TRY(cuda_act_quant_swiglu(cu, dl->down_exps.type, m->cg, m->cup, m->cxqd, F, nr * K, e));
+        xd = m->cxqd;
+    } else {
+        TRY(cuda_swiglu(cu, m->cg, m->cg, m->cup, (int64_t)nr * K * F, e));
+        if (dl->down_exps.act_f32) xd = m->cg;
+        else {
+            TRY(cuda_act_quant(cu, dl->down_exps.type, m->cg, m->cxqd, F, nr * K, e));
+            xd = m->cxqd;
+        }
+    }
+    TRY(mv_experts_chunk(m, &dl->down_exps, NULL, xd, (size_t)K * hstride, hstride, m->ceout, NULL, (size_t)E, nr,
+                         e));
+    return cuda_moe_combine(cu, x, m->ceout, m->cselw, nr, K, E, e);
+}
+
+/* nr prompt rows (tokens tok[0..nr) on the device, positions p0..) layer
+ * by layer: each row's attention half in order (row i's K/V are stored
+ * before row i + 1 attends), then the chunk's MoE half. As row(): the last
+ * layer runs completely only for the row whose logits are wanted (`head`,
+ * the chunk's last row). */
+static int chunk_rows(cuda_model *m, const int32_t *tok, int p0, int nr, int head, err *e)
+{
+    const hparams *hp = &m->hp;
+    const int E = hp->n_embd, L = hp->n_layer;
+    float *const x0 = m->x;
+    TRY(cuda_get_rows(m->cu, m->tok_embd.type, m->tok_embd.d, m->tok_embd.row_bytes, m->tok_embd.rows, E, tok, nr,
+                      m->cx, NULL, e));
+    int rc = 0;
+    for (int l = 0; l < L && !rc; l++) {
+        for (int i = 0; i < nr && !rc; i++) {
+            m->x = m->cx + (size_t)i * E;   /* layer_attn works on m->x */
+            rc = layer_attn(m, l, m->pos + p0 + i, l < L - 1 || (head && i == nr - 1), e);
+        }
+        m->x = x0;
+        if (rc) break;
+        if (l < L - 1) rc = layer_moe_chunk(m, l, m->cx, nr, e);
+        else if (head) rc = layer_moe_chunk(m, l, m->cx + (size_t)(nr - 1) * E, 1, e);
+    }
+    if (rc || !head) return rc;
+    TRY(cuda_rmsnorm(m->cu, m->xn, m->cx + (size_t)(nr - 1) * E, m->output_norm, E, 1, hp->rms_eps, e));
+    return mv(m, &m->output, m->xn, m->logits, e);
+}
+
 /* One row: the token at *tok, position *pos (device pointers). `record` copies the residual
  * after each layer to m->layer_out (and runs the last layer completely);
  * `head` writes the logits to m->logits. Without either, the last layer
@@ -950,6 +1188,9 @@ static int row(cuda_model *m, const int32_t *tok, const int32_t *pos, int record
 
 static int capture(cuda_model *m, int kind, cuda_graph **g, err *e);
 
+/* Rows of a prompt chunk (< 2: row at a time). */
+static int chunk_cap(const cuda_model *m) { return m->nc_set && m->nc_set < m->nc ? m->nc_set : m->nc; }
+
 int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *logits, err *e)
 {
     if (n < 1 || pos0 < 0 || pos0 > m->n_ctx - n)
@@ -971,6 +1212,12 @@ int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *l
         if (logits) {
             if (!m->graph_head) TRY(capture(m, 1, &m->graph_head, e));
             TRY(cuda_graph_launch(m->cu, m->graph_head, e));
+        }
+    } else if (m->arena && n > 1 && !m->record && chunk_cap(m) >= 2) {
+        const int nc = chunk_cap(m);
+        for (int off = 0; off < n; off += nc) {
+            const int nr = n - off < nc ? n - off : nc;
+            TRY(chunk_rows(m, m->tok + pos0 + off, pos0 + off, nr, off + nr == n && logits, e));
         }
     } else {
         for (int i = 0; i < n; i++) {
@@ -1035,6 +1282,8 @@ int cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32
 void cuda_model_set_graph(cuda_model *m, int on) { m->use_graph = on != 0 && !m->arena; }
 
 void cuda_model_set_record(cuda_model *m, int on) { m->record = on != 0; }
+
+void cuda_model_set_chunk(cuda_model *m, int rows) { m->nc_set = rows > 0 ? rows : 0; }
 
 void cuda_model_set_matvec(cuda_model *m, int mode)
 {

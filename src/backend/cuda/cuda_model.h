@@ -20,8 +20,9 @@
  * tokens agree unless two logits are closer than that noise.
  *
  * Rows are evaluated one at a time (decode kernels); a prompt of n tokens is
- * n steps. Prefill kernels (grouped expert matmul, chunked attention) are a
- * later slice. */
+ * n steps, except with the arena, where prompt rows run in chunks whose
+ * MoE half copies each distinct expert once (cuda_model_set_chunk). Prefill
+ * kernels (grouped expert matmul, chunked attention) are a later slice. */
 #ifndef STRATA_CUDA_MODEL_H
 #define STRATA_CUDA_MODEL_H
 
@@ -71,7 +72,8 @@ typedef struct cuda_model_opts {
 /* Counters of the VRAM expert arena since open (zeros without one). */
 typedef struct cuda_arena_stats {
     int      n_slots;       /* experts the arena holds */
-    uint64_t hits, misses;  /* expert lookups (one per routed expert per layer per row) */
+    uint64_t hits, misses;  /* expert lookups: one per routed expert per layer per row; in a prompt
+                               chunk one per distinct expert per layer per chunk */
     uint64_t bytes_h2d;     /* expert bytes copied host -> device (misses and prefetches) */
     uint64_t prefetched;    /* experts copied ahead by read-ahead (no host tier) */
     uint64_t prefetch_used; /* of them, looked up by their layer before eviction (counted as hits) */
@@ -115,6 +117,14 @@ void cuda_model_set_graph(cuda_model *m, int on);
  * cuda_model_layer_outputs; off by default: it costs a copy a layer and
  * runs the plain path). */
 void cuda_model_set_record(cuda_model *m, int on);
+
+/* With an arena, a prompt of several rows runs in chunks of up to
+ * n_slots / n_expert_used rows (at most 256): per layer every row's
+ * attention, then the chunk's MoE with one lookup and one copy per
+ * distinct expert (bit-identical to rows one at a time). This caps the
+ * chunk at `rows` (1: rows one at a time, 0: no cap); for tests and
+ * benchmarks. */
+void cuda_model_set_chunk(cuda_model *m, int rows);
 
 /* The matvec kernel choice (cuda_matvec_force: 0 by shape, 1 tile, 2
  * direct) for a benchmark; drops the captured graphs (recaptured at next
