@@ -357,6 +357,88 @@ TEST(test_matvec_batch)
     }
 }
 
+/* Grouped matmul: every output bit-identical to the matvec of the same
+ * matrix and activation row; outputs not named by an item untouched. */
+TEST(test_matmul)
+{
+    static const int types[] = {QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_Q5_0,
+                                QTYPE_Q4_1, QTYPE_Q5_1, QTYPE_F32, QTYPE_F16, QTYPE_BF16};
+    static const int64_t shapes[][2] = {{96, 768}, {512, 2048}, {2048, 768}, {37, 256}};
+    enum { NMAT = 5, NX = 13, NIT = 6 };
+    /* item: matrix, rows (ends at -1) */
+    static const int32_t iid[NIT] = {3, 0, 4, 3, 1, 2};
+    static const int32_t irow[NIT][CUDA_MM_NB] = {
+        {0, 5, 7, 12, 1, 2, 3, 4}, {6, -1, -1, -1, -1, -1, -1, -1}, {11, 10, 9, -1, -1, -1, -1, -1},
+        {8, 9, -1, -1, -1, -1, -1, -1}, {1, 3, 5, 7, 9, 11, -1, -1}, {12, 0, 4, 6, 2, 8, 10, -1},
+    };
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+            const int wtype = types[t];
+            const qtype_info *qi = qtype_get(wtype);
+            const int64_t rows = shapes[sh][0], k = shapes[sh][1];
+            if (k % qi->blck) continue;
+            const size_t rb = (size_t)(k / qi->blck) * qi->type_size;
+            const size_t ms = (rb * rows + 15) & ~(size_t)15;
+            uint8_t *w = xmalloc(ms * NMAT);
+            float *wf = xmalloc(sizeof(float) * k);
+            err e = {0};
+            for (int m = 0; m < NMAT; m++)
+                for (int64_t r = 0; r < rows; r++) {
+                    for (int64_t i = 0; i < k; i++) wf[i] = frand() * 0.05f;
+                    quant_quantize(wtype, wf, w + m * ms + r * rb, k, &e);
+                }
+            const size_t ab = cuda_act_bytes(wtype, k);
+            const size_t xs = (ab + 15) & ~(size_t)15;
+            float *x = xmalloc(sizeof(float) * k * NX);
+            for (int64_t i = 0; i < k * NX; i++) x[i] = frand();
+            uint8_t *dw = dev_from(w, ms * NMAT);
+            float *dx = dev_from(x, sizeof(float) * k * NX);
+            uint8_t *dxq = dev_alloc(xs * NX);
+            for (int j = 0; j < NX; j++)
+                CHECK_MSG(cuda_act_quant(g_cu, wtype, dx + j * k, dxq + j * xs, k, 1, &e) == 0, "%s", e.msg);
+            /* outputs: item b, slot j at (b * CUDA_MM_NB + j) * ys; one spare row between */
+            const size_t ys = (size_t)rows + 3, ny = ys * NIT * CUDA_MM_NB;
+            int64_t yoff[NIT * CUDA_MM_NB];
+            for (int i = 0; i < NIT * CUDA_MM_NB; i++) yoff[i] = (int64_t)i * (int64_t)ys;
+            int32_t *dids = dev_from(iid, sizeof iid);
+            int32_t *drow = dev_from(irow, sizeof irow);
+            int64_t *doff = dev_from(yoff, sizeof yoff);
+            float *dy = dev_alloc(sizeof(float) * ny), *dr = dev_alloc(sizeof(float) * rows);
+            CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * ny, &e) == 0);
+            cuda_matmul_args a = {
+                .wtype = wtype, .w = dw, .w_stride = ms, .ids = dids, .rows = rows, .k = k, .n_items = NIT,
+                .xq = dxq, .x_stride = xs, .xrow = drow, .yoff = doff, .y = dy,
+            };
+            CHECK_MSG(cuda_matmul(g_cu, &a, &e) == 0, "%s", e.msg);
+            float *y = xmalloc(sizeof(float) * ny), *ref = xmalloc(sizeof(float) * rows);
+            CHECK(cuda_download(g_cu, y, dy, sizeof(float) * ny, &e) == 0);
+            int bad = 0, touched = 0;
+            for (int b = 0; b < NIT; b++)
+                for (int j = 0; j < CUDA_MM_NB; j++) {
+                    const float *yo = y + (size_t)(b * CUDA_MM_NB + j) * ys;
+                    if (irow[b][j] < 0) {   /* not an output: untouched */
+                        for (int64_t r = 0; r < rows; r++) { uint32_t u; memcpy(&u, yo + r, 4); touched += u != 0xFFFFFFFFu; }
+                        continue;
+                    }
+                    cuda_matvec_args mv = {
+                        .wtype = wtype, .w = dw + (size_t)iid[b] * ms, .rows = rows, .k = k, .n_batch = 1,
+                        .xq = dxq + (size_t)irow[b][j] * xs, .y = dr,
+                    };
+                    CHECK_MSG(cuda_matvec_batch(g_cu, &mv, &e) == 0, "%s", e.msg);
+                    CHECK(cuda_download(g_cu, ref, dr, sizeof(float) * rows, &e) == 0);
+                    bad += memcmp(yo, ref, sizeof(float) * rows) != 0;
+                    for (int64_t r = rows; r < (int64_t)ys; r++) { uint32_t u; memcpy(&u, yo + r, 4); touched += u != 0xFFFFFFFFu; }
+                }
+            printf("  matmul %-4s %d items of %lld x %lld (1-8 rows each): %s\n", qtype_name(wtype), NIT,
+                   (long long)rows, (long long)k, bad || touched ? "DIFFERS" : "bit-identical to the matvec");
+            CHECK_MSG(bad == 0 && touched == 0, "%s matmul %lldx%lld: %d outputs differ from the matvec, %d stray writes",
+                      qtype_name(wtype), (long long)rows, (long long)k, bad, touched);
+            cuda_free(g_cu, dw); cuda_free(g_cu, dx); cuda_free(g_cu, dxq); cuda_free(g_cu, dids);
+            cuda_free(g_cu, drow); cuda_free(g_cu, doff); cuda_free(g_cu, dy); cuda_free(g_cu, dr);
+            free(w); free(wf); free(x); free(y); free(ref);
+        }
+}
+
 /* ==== float ops ==== */
 
 TEST(test_rmsnorm)
@@ -666,6 +748,7 @@ int main(int argc, char **argv)
     RUN(test_act_quant);
     RUN(test_matvec);
     RUN(test_matvec_batch);
+    RUN(test_matmul);
     RUN(test_rmsnorm);
     RUN(test_swiglu);
     RUN(test_router);

@@ -214,6 +214,33 @@ int  cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e);
  * benchmarks that compare the two on a whole model (test_cuda_model
  * --bench); results differ only in float summation order. */
 void cuda_matvec_force(cuda_ctx *c, int mode);
+
+/* cuda_matmul: the grouped form of cuda_matvec_batch for prompt chunks.
+ * Item b multiplies matrix ids[b] (ids NULL: matrix 0) of the stack w
+ * (rows x k, stride w_stride) by up to CUDA_MM_NB activation rows:
+ * xrow[b * CUDA_MM_NB + j] (-1 ends the item's list; at least one) is the
+ * index of an activation row at xq + xrow * x_stride, and its rows outputs
+ * go to y[yoff[b * CUDA_MM_NB + j] + r], r < rows. The weights of an item
+ * are read once for all its rows (the point: a chunk's rows routed to one
+ * expert, or the rows of a dense projection). Each output is bit for bit
+ * what cuda_matvec_batch (the direct kernel) gives for that matrix and row:
+ * the same items, the same per-lane order, the same reduction. Types and
+ * alignment as cuda_matvec_batch; n_items <= 65535. Enqueued. */
+#define CUDA_MM_NB 8
+typedef struct cuda_matmul_args {
+    int            wtype;
+    const void    *w;
+    size_t         w_stride;
+    const int32_t *ids;       /* device (n_items) or NULL */
+    int64_t        rows, k;
+    int            n_items;
+    const void    *xq;        /* device */
+    size_t         x_stride;
+    const int32_t *xrow;      /* device (n_items, CUDA_MM_NB) */
+    const int64_t *yoff;      /* device (n_items, CUDA_MM_NB) */
+    float         *y;         /* device */
+} cuda_matmul_args;
+int  cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e);
 /* One matrix: y[r] = dot(row r of w, xq) for r < rows. */
 int  cuda_matvec(cuda_ctx *c, int wtype, const void *w_dev, int64_t rows, int64_t k, const void *xq_dev,
                  float *y_dev, err *e);

@@ -553,6 +553,80 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     }
 }
 
+/* ---- grouped matmul (prompt chunks) ----
+ * k_matvec_direct with up to CUDA_MM_NB activation rows per item: the CTA
+ * unpacks them side by side in shared memory (act_al bytes each), and each
+ * lane, for each of its weight items, adds the item's dot with every row to
+ * that row's accumulator: per row exactly the direct kernel's sequence of
+ * additions and shuffles, so every output is the matvec's bit for bit,
+ * while the weight bytes are loaded once for all rows. grid: (ceil(rows /
+ * R), n_items). */
+template <int QT>
+__global__ void __launch_bounds__(32 * MVD_WARPS, 2)
+k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
+                int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, const int32_t *__restrict__ xrow,
+                const int64_t *__restrict__ yoff, float *y, int act_al)
+{
+    typedef mv_traits<QT> T;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ const int8_t *s_xs[CUDA_MM_NB];
+    __shared__ const float *s_xd[CUDA_MM_NB];
+    __shared__ const int16_t *s_xbs[CUDA_MM_NB];
+    const int nb = k / T::BE, rb = nb * T::BB, nit = nb * T::IPB;
+    const int b = blockIdx.y;
+    const int mat = ids ? ids[b] : 0;
+    const int r0 = blockIdx.x * R;
+    const int nr = min(R, rows - r0);
+    const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
+    {
+        const uintptr_t a0 = (uintptr_t)g & ~(uintptr_t)127, a1 = (uintptr_t)g + (size_t)nr * rb;
+        for (uintptr_t a = a0 + 128 * (uintptr_t)threadIdx.x; a < a1; a += 128 * (uintptr_t)blockDim.x)
+            asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a < (uintptr_t)g ? (uintptr_t)g : a));
+    }
+    int nv = 0;
+    for (int j = 0; j < CUDA_MM_NB; j++) {
+        const int xr = xrow[(size_t)b * CUDA_MM_NB + j];
+        if (xr < 0) break;
+        float *sxd;
+        int16_t *sxbs;
+        const int8_t *xs = mv_unpack<QT>(xq + (size_t)xr * x_stride, smem + (size_t)j * act_al, k, &sxd, &sxbs);
+        if (threadIdx.x == 0) { s_xs[j] = xs; s_xd[j] = sxd; s_xbs[j] = sxbs; }
+        nv++;
+    }
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int S = 1 << lg_s, sl = lane & (S - 1), rpw = 32 >> lg_s;
+    for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
+        const int i = base + (lane >> lg_s);
+        const bool ok = i < nr;
+        const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
+        float acc[CUDA_MM_NB];
+#pragma unroll
+        for (int j = 0; j < CUDA_MM_NB; j++) acc[j] = 0.f;
+        for (int c = 0; c < nit; c += S * MVD_U) {
+#pragma unroll
+            for (int u = 0; u < MVD_U; u++) {
+                const int it = c + sl + S * u, itc = min(it, nit - 1);
+#pragma unroll
+                for (int j = 0; j < CUDA_MM_NB; j++) {
+                    if (j < nv) {   /* uniform */
+                        const float v = mv_item<QT>(wrow, s_xs[j], (float *)s_xd[j], (int16_t *)s_xbs[j], itc);
+                        acc[j] += it < nit ? v : 0.f;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < CUDA_MM_NB; j++) {
+            if (j >= nv) break;
+            float a = acc[j];
+            for (int o = S >> 1; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+            if (ok && sl == 0) y[yoff[(size_t)b * CUDA_MM_NB + j] + r0 + i] = a;
+        }
+    }
+}
+
 /* Dynamic shared memory may use the opt-in limit less the kernel's static
  * shared memory (k_matvec's reduction array): MV_SMEM_STATIC bytes, which
  * mv_run keeps free as well. */
@@ -568,6 +642,10 @@ static int mv_attr(int lim, err *e)
         r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               lim - MV_SMEM_STATIC),
                       "matvec smem attribute");
+    if (!r)
+        r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
+                      "matmul smem attribute");
     return r;
 }
 
@@ -647,6 +725,59 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     k_matvec<QT><<<grid, 32 * MV_WARPS, smem, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, xq, a->x_stride, a->y,
                                                            a->y_stride, ex);
     return cuda_launch_check(e, "matvec");
+}
+
+template <int QT>
+static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
+{
+    typedef mv_traits<QT> T;
+    if (a->k <= 0 || a->k % T::BE || a->k > INT_MAX / 8 || a->rows <= 0 || a->rows > INT_MAX || a->n_items <= 0 ||
+        a->n_items > 65535 || !a->xrow || !a->yoff)
+        return err_setf(e, ERR_USAGE, "cuda_matmul: bad shape rows=%lld k=%lld items=%d (%s: k a multiple of %d)",
+                        (long long)a->rows, (long long)a->k, a->n_items, qtype_name(a->wtype), (int)T::BE);
+    const uintptr_t wal = T::WAL - 1, xal = T::XAL - 1;
+    if ((((uintptr_t)a->w | (uintptr_t)a->w_stride) & wal) || (((uintptr_t)a->xq | (uintptr_t)a->x_stride) & xal))
+        return err_setf(e, ERR_USAGE, "cuda_matmul: %s weights need %d-byte and activations %d-byte alignment",
+                        qtype_name(a->wtype), (int)T::WAL, (int)T::XAL);
+    const int k = (int)a->k, rows = (int)a->rows;
+    const int rb = k / T::BE * T::BB;
+    const int act_al = (int)((mv_act_bytes(T::ACT, k, T::BE) + 15) & ~(size_t)15);
+    const size_t smem = (size_t)act_al * CUDA_MM_NB;
+    if (smem + MV_SMEM_STATIC + 3 * 8 * CUDA_MM_NB > c->info.smem_per_block_optin)
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_matmul: k=%d too large (%zu bytes of shared memory)", k, smem);
+    const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
+    /* the direct kernel's lanes per row (the per-row arithmetic depends on it) */
+    int lg_s = 0;
+    while (lg_s < 5 && ((int64_t)MVD_U << lg_s) < nit) lg_s++;
+    const int rpi = MVD_WARPS * (32 >> lg_s);
+    int R = rpi;
+    while (R < 256 && (int64_t)2 * R * rb <= 32768 &&
+           (int64_t)((rows + 2 * R - 1) / (2 * R)) * a->n_items >= 4 * (int64_t)c->info.sm_count)
+        R *= 2;
+    const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_items);
+    k_matmul_direct<QT><<<grid, 32 * MVD_WARPS, smem, c->stream>>>((const uint8_t *)a->w, a->w_stride, a->ids, rows, k,
+                                                                   R, lg_s, (const uint8_t *)a->xq, a->x_stride,
+                                                                   a->xrow, a->yoff, a->y, act_al);
+    return cuda_launch_check(e, "matmul");
+}
+
+extern "C" int cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e)
+{
+    switch (a->wtype) {
+    case QTYPE_Q4_K: return mm_run<QTYPE_Q4_K>(c, a, e);
+    case QTYPE_Q5_K: return mm_run<QTYPE_Q5_K>(c, a, e);
+    case QTYPE_Q6_K: return mm_run<QTYPE_Q6_K>(c, a, e);
+    case QTYPE_Q8_0: return mm_run<QTYPE_Q8_0>(c, a, e);
+    case QTYPE_Q4_0: return mm_run<QTYPE_Q4_0>(c, a, e);
+    case QTYPE_Q5_0: return mm_run<QTYPE_Q5_0>(c, a, e);
+    case QTYPE_Q4_1: return mm_run<QTYPE_Q4_1>(c, a, e);
+    case QTYPE_Q5_1: return mm_run<QTYPE_Q5_1>(c, a, e);
+    case QTYPE_F32: return mm_run<QTYPE_F32>(c, a, e);
+    case QTYPE_F16: return mm_run<QTYPE_F16>(c, a, e);
+    case QTYPE_BF16: return mm_run<QTYPE_BF16>(c, a, e);
+    default:
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_matmul: weight type %s has no CUDA kernel yet", qtype_name(a->wtype));
+    }
 }
 
 extern "C" void cuda_matvec_force(cuda_ctx *c, int mode) { c->mv_force = mode == 1 || mode == 2 ? mode : 0; }

@@ -57,6 +57,22 @@
  * in the arena at once: the chunk is also at most n_slots / k rows). */
 #define CHUNK_MAX 256
 
+static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* Bytes of the dense lists for nc rows (chunk_dense_items' layout). */
+static size_t chunk_dense_bytes(int nc)
+{
+    const size_t n = (size_t)((nc + CUDA_MM_NB - 1) / CUDA_MM_NB) * CUDA_MM_NB;
+    return align8(sizeof(int32_t) * n) + sizeof(int64_t) * (3 * n + CUDA_MM_NB) + sizeof(int32_t) * CUDA_MM_NB;
+}
+
+/* Bytes of the expert item lists for `items` items: ids, then the gate/up
+ * and down input rows, then (8-aligned) the gate/up and down offsets. */
+static size_t chunk_item_bytes(size_t items)
+{
+    return align8(sizeof(int32_t) * (items + 2 * items * CUDA_MM_NB)) + sizeof(int64_t) * 2 * items * CUDA_MM_NB;
+}
+
 /* ==== Types ==== */
 
 /* A weight matrix (or a stack of expert matrices) in VRAM. */
@@ -140,19 +156,31 @@ struct cuda_model {
     float    *prouter;       /* device (n_expert): its router logits */
     int32_t  *psel;          /* device (ra): its top experts = sel + n_expert_used (one download) */
     float    *pselw;         /* device (ra): their weights (unused) */
-    /* prompt chunks with an arena (layer_moe_chunk): nc rows at a time */
-    int       nc;            /* rows a chunk (n_slots / n_expert_used, <= CHUNK_MAX); < 2: rows one by one */
+    /* prompt chunks (chunk_rows): nc rows at a time */
+    int       nc;            /* rows a chunk (CHUNK_MAX, with an arena at most n_slots / k); < 2: rows one by one */
     int       nc_set;        /* cuda_model_set_chunk's cap (0: none) */
+    size_t    nc_items;      /* most expert items of a chunk: nc * k */
     float    *cx, *cxn;      /* device (nc, n_embd): the chunk's residual rows, their norms */
-    uint8_t  *cxq, *cxq2;    /* device: the rows quantized for the router / gate (cxq) and up (cxq2) */
+    uint8_t  *cxq, *cxq2;    /* device: the rows quantized (the widest dot type), for up (cxq2) */
+    float    *cqkv;          /* device (nc, q + k + v) */
+    float    *catt;          /* device (nc, n_head * head_dim) */
     float    *crouter;       /* device (nc, n_expert) */
     int32_t  *csel;          /* device (nc, k) */
     float    *cselw;         /* device (nc, k) */
-    int32_t  *cslt;          /* device (k, nc): slot of row i's t-th expert at t * nr + i */
     float    *cg, *cup;      /* device (nc, k, n_ff_exp) gate (then hidden), up */
     uint8_t  *cxqd;          /* device (nc, k) down inputs */
-    float    *ceout;         /* device (nc, k, n_embd) */
-    int32_t  *hsel, *hslot, *hslt, *hmiss;   /* host (nc * k) */
+    float    *ceout;         /* device (nc, k, n_embd) down outputs; (nc, n_embd) Wo outputs */
+    uint8_t  *cdense, *hdense;   /* device / host: the dense item lists (chunk_dense_items) */
+    const int32_t *cd_xrow, *cd_last;
+    const int64_t *cd_yqkv, *cd_ye, *cd_yr, *cd_zero;
+    int       cd_items;
+    uint8_t  *citem;         /* device: the expert item lists (chunk_route) */
+    int32_t  *hitem;         /* host: the same, built there (chunk_item_bytes(nc_items)) */
+    const int32_t *ci_ids, *ci_xg, *ci_xd;
+    const int64_t *ci_yg, *ci_yd;
+    int       cx_items;
+    int32_t  *hsel, *hslot, *hmiss;          /* host (nc * k) */
+    int32_t  *hgrp, *hgmat, *hgcnt;          /* host: matrix -> group, group -> matrix, counts */
     int32_t   pf_ids[32];    /* host tier: layer l + 1's predicted experts, waiting for */
     int       pf_n;          /* arena_prefetch_host after layer l's kernels */
     uint64_t  pf_tick;       /* layer l's tick */
@@ -326,15 +354,6 @@ static int arena_setup(cuda_model *m, const cuda_model_opts *o, err *e)
                         (long long)n, slot, hp->n_expert_used, (unsigned long long)slot * hp->n_expert_used);
     if (n > all) n = all;
     m->ast.n_slots = (int)n;
-    m->nc = (int)(n / hp->n_expert_used) < CHUNK_MAX ? (int)(n / hp->n_expert_used) : CHUNK_MAX;
-    if (m->nc >= 2) {
-        const size_t nk = (size_t)m->nc * (size_t)hp->n_expert_used;
-        m->hsel = malloc(sizeof(int32_t) * nk);
-        m->hslot = malloc(sizeof(int32_t) * nk);
-        m->hslt = malloc(sizeof(int32_t) * nk);
-        m->hmiss = malloc(sizeof(int32_t) * nk);
-        if (!m->hsel || !m->hslot || !m->hslt || !m->hmiss) return err_setf(e, ERR_NOMEM, "cuda_model: out of memory");
-    }
     m->ra = o->read_ahead < 0 ? 0 : o->read_ahead > 32 ? 32 : o->read_ahead;
     if (m->ra > hp->n_expert) m->ra = hp->n_expert;
     m->host = o->host;
@@ -636,24 +655,27 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
         size_t aq = 0, aq2 = 0, ad = 0;
         for (int l = 0; l < hp->n_layer; l++) {
             const dlayer *dl = &m->layers[l];
-            if (dl->gate_inp.act_bytes > aq) aq = dl->gate_inp.act_bytes;
-            if (dl->gate_exps.act_bytes > aq) aq = dl->gate_exps.act_bytes;
+            const size_t one[] = { dl->wq.act_bytes, dl->wk.act_bytes, dl->wv.act_bytes, dl->wo.act_bytes,
+                                   dl->gate_inp.act_bytes, dl->gate_exps.act_bytes };
+            for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) if (one[i] > aq) aq = one[i];
             if (dl->up_exps.act_bytes > aq2) aq2 = dl->up_exps.act_bytes;
-            const size_t dn = dl->down_exps.act_f32 ? sizeof(float) * F : dl->down_exps.act_bytes;
-            if (dn > ad) ad = dn;
+            if (dl->down_exps.act_bytes > ad) ad = dl->down_exps.act_bytes;
         }
         m->cx = carve(c, NULL, sizeof(float) * nc * E);
         m->cxn = carve(c, NULL, sizeof(float) * nc * E);
         m->cxq = carve(c, NULL, nc * aq);
         m->cxq2 = carve(c, NULL, nc * aq2);
+        m->cqkv = carve(c, NULL, sizeof(float) * nc * (qd + 2 * kvd));
+        m->catt = carve(c, NULL, sizeof(float) * nc * qd);
         m->crouter = carve(c, NULL, sizeof(float) * nc * (size_t)hp->n_expert);
         m->csel = carve(c, NULL, sizeof(int32_t) * nc * K);
         m->cselw = carve(c, NULL, sizeof(float) * nc * K);
-        m->cslt = carve(c, NULL, sizeof(int32_t) * nc * K);
         m->cg = carve(c, NULL, sizeof(float) * nc * K * F);
         m->cup = carve(c, NULL, sizeof(float) * nc * K * F);
         m->cxqd = carve(c, NULL, nc * K * ad);
         m->ceout = carve(c, NULL, sizeof(float) * nc * K * E);
+        m->cdense = carve(c, NULL, chunk_dense_bytes(m->nc));
+        m->citem = carve(c, NULL, chunk_item_bytes(m->nc_items));
     }
     if (m->ra) {
         m->pxn = carve(c, NULL, sizeof(float) * E);
@@ -670,6 +692,32 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     m->tok = carve(c, NULL, sizeof(int32_t) * ((size_t)m->n_ctx + 1));
     m->pos = carve(c, NULL, sizeof(int32_t) * (size_t)m->n_ctx);
     m->step = carve(c, NULL, sizeof(int32_t) * 2);
+}
+
+/* Prompt chunks: the chunk size (with an arena every row's experts of a
+ * chunk must fit in it at once) and the host lists. */
+static int chunk_setup(cuda_model *m, err *e)
+{
+    const hparams *hp = &m->hp;
+    m->nc = CHUNK_MAX;
+    if (m->arena && m->ast.n_slots / hp->n_expert_used < m->nc) m->nc = m->ast.n_slots / hp->n_expert_used;
+    if (m->nc < 2) { m->nc = 0; return 0; }
+    const size_t nk = (size_t)m->nc * (size_t)hp->n_expert_used;
+    const size_t nmat = m->arena && (size_t)m->ast.n_slots > (size_t)hp->n_expert ? (size_t)m->ast.n_slots
+                      : (size_t)hp->n_expert;
+    m->nc_items = nk;
+    m->hsel = malloc(sizeof(int32_t) * nk);
+    m->hslot = malloc(sizeof(int32_t) * nk);
+    m->hmiss = malloc(sizeof(int32_t) * nk);
+    m->hgrp = malloc(sizeof(int32_t) * nmat);
+    m->hgmat = malloc(sizeof(int32_t) * nk);
+    m->hgcnt = malloc(sizeof(int32_t) * nk);
+    m->hitem = malloc(chunk_item_bytes(nk));
+    m->hdense = malloc(chunk_dense_bytes(m->nc));
+    if (!m->hsel || !m->hslot || !m->hmiss || !m->hgrp || !m->hgmat || !m->hgcnt || !m->hitem || !m->hdense)
+        return err_setf(e, ERR_NOMEM, "cuda_model: out of memory");
+    for (size_t i = 0; i < nmat; i++) m->hgrp[i] = -1;
+    return 0;
 }
 
 /* Page-lock the memory the arena's misses copy from, when the system
@@ -742,6 +790,7 @@ int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const
         m->w = w;
         if ((rc = arena_setup(m, o, e))) goto fail;
     }
+    if ((rc = chunk_setup(m, e))) goto fail;
     if ((rc = cuda_open(&m->cu, o->device, e))) goto fail;
     if ((rc = carve_pool(m, walk_weights, w, "the weights", &m->wpool, &m->wbytes, e))) goto fail;
     if (m->arena && (rc = carve_pool(m, walk_arena, NULL, "the expert arena", &m->apool, &m->abytes, e))) goto fail;
@@ -788,8 +837,12 @@ void cuda_model_close(cuda_model *m)
     free(m->lru_next);
     free(m->hsel);
     free(m->hslot);
-    free(m->hslt);
     free(m->hmiss);
+    free(m->hgrp);
+    free(m->hgmat);
+    free(m->hgcnt);
+    free(m->hitem);
+    free(m->hdense);
     free(m->layers);
     free(m);
 }
@@ -976,186 +1029,292 @@ static int layer_moe(cuda_model *m, int l, err *e)
     return 0;
 }
 
-/* ==== Prompt chunks with an arena ====
- * Row at a time, every routed expert of every row is a lookup, and a
- * miss is copied for that row alone; a chunk of nr rows instead routes all
- * its rows of a layer first and copies each distinct expert once (as the
- * CPU engine's chunked prefill reads each once). Per row the arithmetic is
- * the row path's, kernel for kernel (the same matvec per item, norms,
- * quantization, top-k and combine per row), so results are bit-identical
- * to it; only the number of copies and lookups changes. */
+/* ==== Prompt chunks ====
+ * Row at a time, every row reads every weight it uses again (and, with an
+ * arena, every routed expert of every row is a lookup and a miss is copied
+ * for that row alone). A chunk of nr rows instead runs layer by layer: the
+ * dense projections as grouped matmuls (cuda_matmul: the weights read once
+ * per 8 rows), each row's Q/K norm + RoPE + KV store and attention in row
+ * order (row i's K/V are stored before row i + 1 attends), then the MoE:
+ * all rows routed, one ids download, one lookup and one copy per distinct
+ * expert (arena), the rows routed to each expert multiplied by it in
+ * groups of 8. Per row the arithmetic is the row path's, kernel for kernel
+ * (cuda_matmul is bit-identical to the matvec; norms, quantization, top-k,
+ * combine per row; the residual add of Wo as its own add, which is what the
+ * fused store computes), so results are bit-identical to rows one at a
+ * time. */
 
-/* Layer l's experts for the chunk's rows (m->csel, nr x k, on the device)
- * into arena slots: one lookup per distinct expert, a miss copied once;
- * the slots go to m->cslt transposed (k x nr). nr * k <= n_slots, so all
- * of them fit at once. */
-static int arena_resolve_chunk(cuda_model *m, int l, int nr, err *e)
+/* The chunk's dense item lists for nr rows: groups of CUDA_MM_NB
+ * consecutive rows (xrow = the row, -1 past nr) and their output offsets
+ * for row strides qkv (q, k, v rows), n_embd and n_expert; uploaded once a
+ * chunk. */
+static int chunk_dense_items(cuda_model *m, int nr, err *e)
 {
-    const int K = m->hp.n_expert_used, NE = m->hp.n_expert, nk = nr * K;
+    const int NB = CUDA_MM_NB, ni = (nr + NB - 1) / NB;
+    const size_t n = (size_t)ni * NB, oy = align8(sizeof(int32_t) * n);
+    const int64_t qkv = (int64_t)m->hp.n_head * m->hp.head_dim + 2 * (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+    int32_t *xr = (int32_t *)m->hdense;
+    int64_t *yo = (int64_t *)(m->hdense + oy);
+    for (size_t g = 0; g < n; g++) {
+        const int r = g < (size_t)nr ? (int)g : -1;
+        xr[g] = r;
+        yo[g] = r < 0 ? 0 : r * qkv;
+        yo[n + g] = r < 0 ? 0 : (int64_t)r * m->hp.n_embd;
+        yo[2 * n + g] = r < 0 ? 0 : (int64_t)r * m->hp.n_expert;
+    }
+    /* one item of row 0 alone (the last layer's MoE for the head row) */
+    int64_t *oney = yo + 3 * n;
+    int32_t *onex = (int32_t *)(oney + NB);
+    for (int j = 0; j < NB; j++) { oney[j] = 0; onex[j] = j ? -1 : 0; }
+    const size_t bytes = oy + sizeof(int64_t) * (3 * n + NB) + sizeof(int32_t) * NB;
+    m->cd_xrow = (int32_t *)m->cdense;
+    m->cd_yqkv = (int64_t *)(m->cdense + oy);
+    m->cd_ye = m->cd_yqkv + n;
+    m->cd_yr = m->cd_ye + n;
+    m->cd_zero = m->cd_yr + n;
+    m->cd_last = (int32_t *)(m->cd_zero + NB);
+    m->cd_items = ni;
+    return cuda_upload(m->cu, m->cdense, m->hdense, bytes, e);
+}
+
+/* y = W x for the chunk's rows (xq rows of x_stride bytes), the rows'
+ * outputs at yoff (one of the cd_y* lists) plus base. */
+static int mm_dense(cuda_model *m, const dmat *w, const void *xq, size_t x_stride, const int64_t *yoff, float *y,
+                    err *e)
+{
+    cuda_matmul_args a = {
+        .wtype = w->type, .w = w->d, .rows = w->rows, .k = w->k, .n_items = m->cd_items, .xq = xq,
+        .x_stride = x_stride, .xrow = m->cd_xrow, .yoff = yoff, .y = y,
+    };
+    return cuda_matmul(m->cu, &a, e);
+}
+
+/* The chunk's rows quantized for w (or the floats themselves): *xq, *xs. */
+static int chunk_act(cuda_model *m, const dmat *w, const float *x, int nr, uint8_t *buf, const void **xq, size_t *xs,
+                     err *e)
+{
+    if (w->act_f32) { *xq = x; *xs = sizeof(float) * (size_t)w->k; return 0; }
+    TRY(cuda_act_quant(m->cu, w->type, x, buf, w->k, nr, e));
+    *xq = buf;
+    *xs = w->act_bytes;
+    return 0;
+}
+
+/* Attention half of layer l for the chunk's rows at positions p0..: `full`
+ * rows get Wo and the residual (all, or none: the last layer of a chunk
+ * without logits stores its K/V only; with logits it runs whole, the row
+ * path's last row plus harmless work for the others). */
+static int layer_attn_chunk(cuda_model *m, int l, int p0, int nr, int full, err *e)
+{
+    const hparams *hp = &m->hp;
+    const dlayer *dl = &m->layers[l];
+    const int E = hp->n_embd, D = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    const size_t qd = (size_t)H * D, kvd = (size_t)Hkv * D, qkv = qd + 2 * kvd;
+    cuda_ctx *cu = m->cu;
+    TRY(cuda_rmsnorm(cu, m->cxn, m->cx, dl->attn_norm, E, nr, hp->rms_eps, e));
+    const void *xq;
+    size_t xs;
+    TRY(chunk_act(m, &dl->wq, m->cxn, nr, m->cxq, &xq, &xs, e));
+    if (qkv_adjacent(m, dl)) {   /* q, k, v rows as one matrix: row r's outputs at r * qkv */
+        dmat all = dl->wq;
+        all.rows = dl->wq.rows + dl->wk.rows + dl->wv.rows;
+        TRY(mm_dense(m, &all, xq, xs, m->cd_yqkv, m->cqkv, e));
+    } else {
+        TRY(mm_dense(m, &dl->wq, xq, xs, m->cd_yqkv, m->cqkv, e));
+        if (!same_dot(&dl->wk, &dl->wq)) TRY(chunk_act(m, &dl->wk, m->cxn, nr, m->cxq, &xq, &xs, e));
+        TRY(mm_dense(m, &dl->wk, xq, xs, m->cd_yqkv, m->cqkv + qd, e));
+        if (!same_dot(&dl->wv, &dl->wk)) TRY(chunk_act(m, &dl->wv, m->cxn, nr, m->cxq, &xq, &xs, e));
+        TRY(mm_dense(m, &dl->wv, xq, xs, m->cd_yqkv, m->cqkv + qd + kvd, e));
+    }
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int i = 0; i < nr; i++) {
+        float *q = m->cqkv + (size_t)i * qkv;
+        const int32_t *pos = m->pos + p0 + i;
+        TRY(cuda_qk_norm_rope_store(cu, q, q + qd, q + qd + kvd, dl->q_norm, dl->k_norm, H, Hkv, D, hp->n_rot, pos,
+                                    hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps, dl->k_cache, dl->v_cache,
+                                    m->kv_f16, e));
+        if (full)
+            TRY(cuda_attention_decode(cu, m->catt + (size_t)i * qd, q, 1, H, Hkv, D, dl->k_cache, m->kv_f16,
+                                      dl->v_cache, m->kv_f16, pos, scale, e));
+    }
+    if (!full) return 0;
+    /* x = x + Wo . att (the row path adds inside the matvec's store: the same sum) */
+    TRY(chunk_act(m, &dl->wo, m->catt, nr, m->cxq, &xq, &xs, e));
+    TRY(mm_dense(m, &dl->wo, xq, xs, m->cd_ye, m->ceout, e));
+    return cuda_add(cu, m->cx, m->cx, m->ceout, (int64_t)nr * E, e);
+}
+
+/* The chunk's routing of layer l (m->csel, nr x k, on the device) to the
+ * host; with the arena each distinct expert gets a slot (one lookup, a
+ * miss copied once; nr * k <= n_slots, so they all fit at once), else the
+ * matrices are the expert ids. Then the expert items: the rows routed to
+ * each matrix in groups of CUDA_MM_NB (first-seen order), uploaded. */
+static int chunk_route(cuda_model *m, int l, int nr, err *e)
+{
+    const int K = m->hp.n_expert_used, NE = m->hp.n_expert, nk = nr * K, NB = CUDA_MM_NB;
     TRY(cuda_download(m->cu, m->hsel, m->csel, sizeof(int32_t) * (size_t)nk, e));
-    const uint64_t now = ++m->tick;
-    int nm = 0;
     for (int b = 0; b < nk; b++)
         if (m->hsel[b] < 0 || m->hsel[b] >= NE)
             return err_setf(e, ERR_INTERNAL, "cuda_model: layer %d routed expert id %d (n_expert %d)", l,
                             (int)m->hsel[b], NE);
-    for (int b = 0; b < nk; b++) {
-        const int32_t key = l * NE + m->hsel[b];
-        int s = m->slot_of[key];
-        if (s >= 0) {
-            if (m->slot_used[s] != now) {   /* the chunk's first lookup of this expert */
-                m->ast.hits++;
-                if (m->slot_pf[s]) { m->ast.prefetch_used++; m->slot_pf[s] = 0; }
+    if (m->arena) {
+        const uint64_t now = ++m->tick;
+        int nm = 0;
+        for (int b = 0; b < nk; b++) {
+            const int32_t key = l * NE + m->hsel[b];
+            int s = m->slot_of[key];
+            if (s >= 0) {
+                if (m->slot_used[s] != now) {   /* the chunk's first lookup of this expert */
+                    m->ast.hits++;
+                    if (m->slot_pf[s]) { m->ast.prefetch_used++; m->slot_pf[s] = 0; }
+                    lru_use(m, s, now);
+                }
+            } else {
+                s = arena_take(m, now);   /* >= 0: nk <= n_slots */
+                m->slot_key[s] = key;
+                m->slot_of[key] = s;
+                m->ast.misses++;
+                m->hmiss[nm++] = m->hsel[b];
                 lru_use(m, s, now);
             }
-        } else {
-            s = arena_take(m, now);   /* >= 0: nk <= n_slots */
-            m->slot_key[s] = key;
-            m->slot_of[key] = s;
-            m->ast.misses++;
-            m->hmiss[nm++] = m->hsel[b];
-            lru_use(m, s, now);
+            m->hslot[b] = s;
         }
-        m->hslot[b] = s;
-    }
-    for (int i = 0; i < nr; i++)
-        for (int t = 0; t < K; t++) m->hslt[t * nr + i] = m->hslot[i * K + t];
-    TRY(cuda_upload(m->cu, m->cslt, m->hslt, sizeof(int32_t) * (size_t)nk, e));
-    int rc = 0;
-    if (m->host) rc = arena_copy_host(m, l, m->hmiss, nm, e);
-    else
-        for (int i = 0; i < nm && !rc; i++)
-            rc = arena_copy_map(m, l, m->hmiss[i], m->slot_of[l * NE + m->hmiss[i]], e);
-    if (rc) {   /* the slots being filled hold nothing */
-        for (int i = 0; i < nm; i++) {
-            const int32_t key = l * NE + m->hmiss[i];
-            const int s = m->slot_of[key];
-            if (s < 0) continue;
-            m->slot_of[key] = -1;
-            m->slot_key[s] = -1;
-            lru_drop(m, s);
+        int rc = 0;
+        if (m->host) rc = arena_copy_host(m, l, m->hmiss, nm, e);
+        else
+            for (int i = 0; i < nm && !rc; i++)
+                rc = arena_copy_map(m, l, m->hmiss[i], m->slot_of[l * NE + m->hmiss[i]], e);
+        if (rc) {   /* the slots being filled hold nothing */
+            for (int i = 0; i < nm; i++) {
+                const int32_t key = l * NE + m->hmiss[i];
+                const int s = m->slot_of[key];
+                if (s < 0) continue;
+                m->slot_of[key] = -1;
+                m->slot_key[s] = -1;
+                lru_drop(m, s);
+            }
+            return rc;
         }
-        return rc;
+        TRY(cuda_copy_fence(m->cu, e));
+    } else {
+        memcpy(m->hslot, m->hsel, sizeof(int32_t) * (size_t)nk);
     }
-    return cuda_copy_fence(m->cu, e);
-}
-
-/* y rows = W x rows for one matrix: nr items of one shared matrix. */
-static int mv_rows(cuda_model *m, const dmat *w, const void *xq, size_t x_stride, float *y, size_t y_stride, int nr,
-                   err *e)
-{
-    cuda_matvec_args a = {
-        .wtype = w->type, .w = w->d, .rows = w->rows, .k = w->k, .n_batch = nr, .xq = xq, .x_stride = x_stride,
-        .y = y, .y_stride = y_stride,
-    };
-    return cuda_matvec_batch(m->cu, &a, e);
-}
-
-/* One expert stack for the chunk: item (i, t) = row i's t-th expert, one
- * launch per t (the t-th experts of all rows: ids m->cslt + t * nr), input
- * row i at xq + i * x_row (+ t * x_item), output at y + (i * k + t) * y_item. */
-static int mv_experts_chunk(cuda_model *m, const dmat *w, const dmat *w2, const void *xq, size_t x_row,
-                            size_t x_item, float *y, float *y2, size_t y_item, int nr, err *e)
-{
-    const int K = m->hp.n_expert_used;
-    for (int t = 0; t < K; t++) {
-        cuda_matvec_args a = {
-            .wtype = w->type, .w = w->d, .w_stride = w->stride, .ids = m->cslt + (size_t)t * nr,
-            .rows = w->rows, .k = w->k, .n_batch = nr, .xq = (const uint8_t *)xq + (size_t)t * x_item,
-            .x_stride = x_row, .y = y + (size_t)t * y_item, .y_stride = (size_t)K * y_item,
-            .w2 = w2 ? w2->d : NULL, .y2 = w2 ? y2 + (size_t)t * y_item : NULL,
-        };
-        TRY(cuda_matvec_batch(m->cu, &a, e));
+    /* group (row, t) by matrix (first-seen order): counts, then each
+     * group's items of up to CUDA_MM_NB members */
+    int ng = 0;
+    for (int b = 0; b < nk; b++) {
+        const int mat = m->hslot[b];
+        if (m->hgrp[mat] < 0) { m->hgrp[mat] = ng; m->hgmat[ng] = mat; m->hgcnt[ng] = 0; ng++; }
+        m->hgcnt[m->hgrp[mat]]++;
     }
+    size_t items = 0;
+    for (int g = 0; g < ng; g++) {
+        const int c = m->hgcnt[g], ni = (c + NB - 1) / NB;
+        m->hgcnt[g] = (int)(items * NB);   /* next free member of group g */
+        for (int i = 0; i < ni; i++) m->hitem[items + i] = m->hgmat[g];
+        items += (size_t)ni;
+    }
+    int32_t *xg = m->hitem + items, *xd = xg + items * NB;
+    const size_t oy = align8(sizeof(int32_t) * (items + 2 * items * NB));
+    int64_t *yg = (int64_t *)((uint8_t *)m->hitem + oy), *yd = yg + items * NB;
+    for (size_t i = 0; i < items * NB; i++) { xg[i] = -1; xd[i] = -1; yg[i] = 0; yd[i] = 0; }
+    for (int b = 0; b < nk; b++) {
+        const int g = m->hgrp[m->hslot[b]], o = m->hgcnt[g]++;
+        xg[o] = b / K;                                   /* the row's gate/up input */
+        xd[o] = b;                                       /* its hidden row (row * k + t) */
+        yg[o] = (int64_t)b * m->hp.n_ff_exp;
+        yd[o] = (int64_t)b * m->hp.n_embd;
+    }
+    for (int g = 0; g < ng; g++) m->hgrp[m->hgmat[g]] = -1;
+    m->cx_items = (int)items;
+    TRY(cuda_upload(m->cu, m->citem, m->hitem, chunk_item_bytes(items), e));
+    m->ci_ids = (const int32_t *)m->citem;
+    m->ci_xg = m->ci_ids + items;
+    m->ci_xd = m->ci_xg + items * NB;
+    m->ci_yg = (const int64_t *)(m->citem + oy);
+    m->ci_yd = m->ci_yg + items * NB;
     return 0;
 }
 
-/* MoE half of layer l for nr rows at x (device, nr x n_embd): the row
- * path's layer_moe for each row, with one lookup and copy per distinct
- * expert. */
-static int layer_moe_chunk(cuda_model *m, int l, float *x, int nr, err *e)
+/* One expert stack over the chunk's expert items. */
+static int mm_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_stride, const int32_t *xrow,
+                      const int64_t *yoff, float *y, err *e)
+{
+    cuda_matmul_args a = {
+        .wtype = w->type, .w = w->d, .w_stride = w->stride, .ids = m->ci_ids, .rows = w->rows, .k = w->k,
+        .n_items = m->cx_items, .xq = xq, .x_stride = x_stride, .xrow = xrow, .yoff = yoff, .y = y,
+    };
+    return cuda_matmul(m->cu, &a, e);
+}
+
+/* MoE half of layer l for the chunk's rows r0..r0+nr-1 (the last layer of a
+ * chunk with logits: only its last row). */
+static int layer_moe_chunk(cuda_model *m, int l, int r0, int nr, err *e)
 {
     const hparams *hp = &m->hp;
     const dlayer *dl = &m->layers[l];
     const int E = hp->n_embd, F = hp->n_ff_exp, K = hp->n_expert_used;
     cuda_ctx *cu = m->cu;
+    float *x = m->cx + (size_t)r0 * E;
     TRY(cuda_rmsnorm(cu, m->cxn, x, dl->ffn_norm, E, nr, hp->rms_eps, e));
-    const void *rq = m->cxn;
-    size_t rs = sizeof(float) * (size_t)E;
-    if (!dl->gate_inp.act_f32) {
-        TRY(cuda_act_quant(cu, dl->gate_inp.type, m->cxn, m->cxq, E, nr, e));
-        rq = m->cxq;
-        rs = dl->gate_inp.act_bytes;
+    const void *xq;
+    size_t xs;
+    TRY(chunk_act(m, &dl->gate_inp, m->cxn, nr, m->cxq, &xq, &xs, e));
+    {
+        cuda_matmul_args a = {
+            .wtype = dl->gate_inp.type, .w = dl->gate_inp.d, .rows = dl->gate_inp.rows, .k = dl->gate_inp.k,
+            .n_items = (nr + CUDA_MM_NB - 1) / CUDA_MM_NB, .xq = xq, .x_stride = xs, .xrow = m->cd_xrow,
+            .yoff = m->cd_yr, .y = m->crouter,
+        };
+        /* rows r0.. of the dense lists: r0 is 0 or the last row alone */
+        if (r0) {
+            a.n_items = 1;
+            a.xrow = m->cd_last;
+            a.yoff = m->cd_zero;
+        }
+        TRY(cuda_matmul(cu, &a, e));
     }
-    TRY(mv_rows(m, &dl->gate_inp, rq, rs, m->crouter, (size_t)hp->n_expert, nr, e));
     TRY(cuda_router_topk(cu, m->crouter, hp->n_expert, K, nr, m->csel, m->cselw, e));
-    TRY(arena_resolve_chunk(m, l, nr, e));
-    /* gate and up: the rows quantized once per dot type */
-    const void *xg = m->cxn, *xu = m->cxn;
-    size_t sg = sizeof(float) * (size_t)E, su = sg;
-    if (!dl->gate_exps.act_f32) {
-        TRY(cuda_act_quant(cu, dl->gate_exps.type, m->cxn, m->cxq, E, nr, e));
-        xg = m->cxq;
-        sg = dl->gate_exps.act_bytes;
-    }
-    if (same_dot(&dl->up_exps, &dl->gate_exps)) {
-        xu = xg;
-        su = sg;
-    } else if (!dl->up_exps.act_f32) {
-        TRY(cuda_act_quant(cu, dl->up_exps.type, m->cxn, m->cxq2, E, nr, e));
-        xu = m->cxq2;
-        su = dl->up_exps.act_bytes;
-    }
-    if (dl->up_exps.type == dl->gate_exps.type && dl->up_exps.stride == dl->gate_exps.stride &&
-        dl->up_exps.rows == dl->gate_exps.rows) {
-        TRY(mv_experts_chunk(m, &dl->gate_exps, &dl->up_exps, xg, sg, 0, m->cg, m->cup, (size_t)F, nr, e));
-    } else {
-        TRY(mv_experts_chunk(m, &dl->gate_exps, NULL, xg, sg, 0, m->cg, NULL, (size_t)F, nr, e));
-        TRY(mv_experts_chunk(m, &dl->up_exps, NULL, xu, su, 0, m->cup, NULL, (size_t)F, nr, e));
-    }
-    /* down: item (i, t)'s hidden row h = swiglu(g, u) at (i * k + t) */
+    TRY(chunk_route(m, l, nr, e));
+    const void *xg, *xu;
+    size_t sg, su;
+    TRY(chunk_act(m, &dl->gate_exps, m->cxn, nr, m->cxq, &xg, &sg, e));
+    if (same_dot(&dl->up_exps, &dl->gate_exps)) { xu = xg; su = sg; }
+    else TRY(chunk_act(m, &dl->up_exps, m->cxn, nr, m->cxq2, &xu, &su, e));
+    TRY(mm_experts(m, &dl->gate_exps, xg, sg, m->ci_xg, m->ci_yg, m->cg, e));
+    TRY(mm_experts(m, &dl->up_exps, xu, su, m->ci_xg, m->ci_yg, m->cup, e));
+    /* down: item (i, t)'s hidden row h = swiglu(g, u) at i * k + t */
     const void *xd;
-    const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
+    size_t sd;
     if (q8_dot(&dl->down_exps)) {
         TRY(cuda_act_quant_swiglu(cu, dl->down_exps.type, m->cg, m->cup, m->cxqd, F, nr * K, e));
         xd = m->cxqd;
+        sd = dl->down_exps.act_bytes;
     } else {
         TRY(cuda_swiglu(cu, m->cg, m->cg, m->cup, (int64_t)nr * K * F, e));
-        if (dl->down_exps.act_f32) xd = m->cg;
-        else {
-            TRY(cuda_act_quant(cu, dl->down_exps.type, m->cg, m->cxqd, F, nr * K, e));
-            xd = m->cxqd;
-        }
+        TRY(chunk_act(m, &dl->down_exps, m->cg, nr * K, m->cxqd, &xd, &sd, e));
     }
-    TRY(mv_experts_chunk(m, &dl->down_exps, NULL, xd, (size_t)K * hstride, hstride, m->ceout, NULL, (size_t)E, nr,
-                         e));
+    TRY(mm_experts(m, &dl->down_exps, xd, sd, m->ci_xd, m->ci_yd, m->ceout, e));
     return cuda_moe_combine(cu, x, m->ceout, m->cselw, nr, K, E, e);
 }
 
 /* nr prompt rows (tokens tok[0..nr) on the device, positions p0..) layer
- * by layer: each row's attention half in order (row i's K/V are stored
- * before row i + 1 attends), then the chunk's MoE half. As row(): the last
- * layer runs completely only for the row whose logits are wanted (`head`,
- * the chunk's last row). */
+ * by layer. As row(): the last layer runs completely only when the chunk's
+ * last row's logits are wanted (`head`), and its MoE only for that row. */
 static int chunk_rows(cuda_model *m, const int32_t *tok, int p0, int nr, int head, err *e)
 {
     const hparams *hp = &m->hp;
     const int E = hp->n_embd, L = hp->n_layer;
-    float *const x0 = m->x;
+    TRY(chunk_dense_items(m, nr, e));
     TRY(cuda_get_rows(m->cu, m->tok_embd.type, m->tok_embd.d, m->tok_embd.row_bytes, m->tok_embd.rows, E, tok, nr,
                       m->cx, NULL, e));
-    int rc = 0;
-    for (int l = 0; l < L && !rc; l++) {
-        for (int i = 0; i < nr && !rc; i++) {
-            m->x = m->cx + (size_t)i * E;   /* layer_attn works on m->x */
-            rc = layer_attn(m, l, m->pos + p0 + i, l < L - 1 || (head && i == nr - 1), e);
-        }
-        m->x = x0;
-        if (rc) break;
-        if (l < L - 1) rc = layer_moe_chunk(m, l, m->cx, nr, e);
-        else if (head) rc = layer_moe_chunk(m, l, m->cx + (size_t)(nr - 1) * E, 1, e);
+    for (int l = 0; l < L; l++) {
+        const int last = l == L - 1;
+        TRY(layer_attn_chunk(m, l, p0, nr, !last || head, e));
+        if (!last) TRY(layer_moe_chunk(m, l, 0, nr, e));
+        else if (head) TRY(layer_moe_chunk(m, l, nr - 1, 1, e));
     }
-    if (rc || !head) return rc;
+    if (!head) return 0;
     TRY(cuda_rmsnorm(m->cu, m->xn, m->cx + (size_t)(nr - 1) * E, m->output_norm, E, 1, hp->rms_eps, e));
     return mv(m, &m->output, m->xn, m->logits, e);
 }
@@ -1202,7 +1361,13 @@ int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *l
                             m->hp.n_vocab);
     TRY(cuda_upload(m->cu, m->tok + pos0, ids, sizeof(int32_t) * (size_t)n, e));
     m->have_layer_out = 0;
-    if (m->use_graph && !m->record) {
+    if (n > 1 && !m->record && chunk_cap(m) >= 2) {   /* a prompt: chunks */
+        const int nc = chunk_cap(m);
+        for (int off = 0; off < n; off += nc) {
+            const int nr = n - off < nc ? n - off : nc;
+            TRY(chunk_rows(m, m->tok + pos0 + off, pos0 + off, nr, off + nr == n && logits, e));
+        }
+    } else if (m->use_graph && !m->record) {
         const int32_t slots[2] = { ids[0], pos0 };
         TRY(cuda_upload(m->cu, m->step, slots, sizeof slots, e));
         if (n > 1 || !logits) {
@@ -1212,12 +1377,6 @@ int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *l
         if (logits) {
             if (!m->graph_head) TRY(capture(m, 1, &m->graph_head, e));
             TRY(cuda_graph_launch(m->cu, m->graph_head, e));
-        }
-    } else if (m->arena && n > 1 && !m->record && chunk_cap(m) >= 2) {
-        const int nc = chunk_cap(m);
-        for (int off = 0; off < n; off += nc) {
-            const int nr = n - off < nc ? n - off : nc;
-            TRY(chunk_rows(m, m->tok + pos0 + off, pos0 + off, nr, off + nr == n && logits, e));
         }
     } else {
         for (int i = 0; i < n; i++) {

@@ -19,10 +19,9 @@
  * states it: NMSE of every layer's output and of the logits) and greedy
  * tokens agree unless two logits are closer than that noise.
  *
- * Rows are evaluated one at a time (decode kernels); a prompt of n tokens is
- * n steps, except with the arena, where prompt rows run in chunks whose
- * MoE half copies each distinct expert once (cuda_model_set_chunk). Prefill
- * kernels (grouped expert matmul, chunked attention) are a later slice. */
+ * Decode rows are evaluated one at a time (matvec kernels); a prompt runs
+ * in chunks (cuda_model_set_chunk): grouped matmuls for the projections and
+ * the experts, attention still row by row. */
 #ifndef STRATA_CUDA_MODEL_H
 #define STRATA_CUDA_MODEL_H
 
@@ -118,12 +117,14 @@ void cuda_model_set_graph(cuda_model *m, int on);
  * runs the plain path). */
 void cuda_model_set_record(cuda_model *m, int on);
 
-/* With an arena, a prompt of several rows runs in chunks of up to
- * n_slots / n_expert_used rows (at most 256): per layer every row's
- * attention, then the chunk's MoE with one lookup and one copy per
- * distinct expert (bit-identical to rows one at a time). This caps the
- * chunk at `rows` (1: rows one at a time, 0: no cap); for tests and
- * benchmarks. */
+/* A prompt of several rows runs in chunks of up to 256 rows (with an
+ * arena at most n_slots / n_expert_used): layer by layer, the dense
+ * projections as grouped matmuls over the chunk's rows, each row's
+ * attention in order, then the chunk's MoE with the rows routed to each
+ * expert multiplied together (and, with an arena, one lookup and one copy
+ * per distinct expert): bit-identical to rows one at a time. This caps the
+ * chunk at `rows` (1: rows one at a time, by graphs unless the arena or
+ * recording is on; 0: no cap); for tests and benchmarks. */
 void cuda_model_set_chunk(cuda_model *m, int rows);
 
 /* The matvec kernel choice (cuda_matvec_force: 0 by shape, 1 tile, 2
