@@ -336,6 +336,13 @@ int  cuda_qk_norm_rope_store(cuda_ctx *c, float *q_dev, float *k_dev, const floa
 int  cuda_attention_decode(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
                            int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,
                            const int32_t *pos_dev, float scale, err *e);
+/* cuda_attention_rows: cuda_attention_decode for n_q rows with the launch
+ * shape (heads per CTA, cluster) of a one-row call, so each row's output
+ * is bit for bit what a one-row call at its position gives (a prompt
+ * chunk's attention in one launch, equal to the decode path's). */
+int  cuda_attention_rows(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
+                         int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,
+                         const int32_t *pos_dev, float scale, err *e);
 int  cuda_moe_combine(cuda_ctx *c, float *x_dev, const float *eout_dev, const float *weights_dev, int rows, int k,
                       int64_t n, err *e);
 int  cuda_add(cuda_ctx *c, float *y_dev, const float *a_dev, const float *b_dev, int64_t n, err *e);

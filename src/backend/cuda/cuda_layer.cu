@@ -647,9 +647,11 @@ static int attn_launch(cuda_ctx *c, int D, unsigned gy, unsigned gz, err *e, flo
     }
 }
 
-extern "C" int cuda_attention_decode(cuda_ctx *c, float *out, const float *q, int n_q, int n_head, int n_head_kv,
-                                     int head_dim, const void *k, int k_f16, const void *v, int v_f16,
-                                     const int32_t *pos, float scale, err *e)
+/* n_q_grid: the query rows the launch shape is chosen for (heads per CTA,
+ * hence the kernel and its cluster); n_q rows are computed. */
+static int attn_run(cuda_ctx *c, float *out, const float *q, int n_q, int n_q_grid, int n_head, int n_head_kv,
+                    int head_dim, const void *k, int k_f16, const void *v, int v_f16, const int32_t *pos, float scale,
+                    err *e)
 {
     if (n_q <= 0 || n_q > 65535 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 ||
         head_dim > AT_DMAX || head_dim % 8)
@@ -664,7 +666,7 @@ extern "C" int cuda_attention_decode(cuda_ctx *c, float *out, const float *q, in
     int gb = 8;
     while (G % gb) gb /= 2;
     const int64_t sms = c->info.sm_count > 0 ? c->info.sm_count : 132;
-    while (gb > 1 && (int64_t)CL_MAX * (n_head / gb) * n_q * 2 <= sms * 3 / 2) gb /= 2;
+    while (gb > 1 && (int64_t)CL_MAX * (n_head / gb) * n_q_grid * 2 <= sms * 3 / 2) gb /= 2;
     const unsigned gy = (unsigned)(n_head / gb), gz = (unsigned)n_q;
     switch (gb) {
     case 8: return attn_launch<8>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
@@ -672,6 +674,20 @@ extern "C" int cuda_attention_decode(cuda_ctx *c, float *out, const float *q, in
     case 2: return attn_launch<2>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
     default: return attn_launch<1>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
     }
+}
+
+extern "C" int cuda_attention_decode(cuda_ctx *c, float *out, const float *q, int n_q, int n_head, int n_head_kv,
+                                     int head_dim, const void *k, int k_f16, const void *v, int v_f16,
+                                     const int32_t *pos, float scale, err *e)
+{
+    return attn_run(c, out, q, n_q, n_q, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos, scale, e);
+}
+
+extern "C" int cuda_attention_rows(cuda_ctx *c, float *out, const float *q, int n_q, int n_head, int n_head_kv,
+                                   int head_dim, const void *k, int k_f16, const void *v, int v_f16,
+                                   const int32_t *pos, float scale, err *e)
+{
+    return attn_run(c, out, q, n_q, 1, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos, scale, e);
 }
 
 /* ==== MoE combine: x += ((w0*e0 + w1*e1) + ...), qwen3moe.c's order ==== */

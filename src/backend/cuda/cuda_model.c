@@ -63,7 +63,7 @@ static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 static size_t chunk_dense_bytes(int nc)
 {
     const size_t n = (size_t)((nc + CUDA_MM_NB - 1) / CUDA_MM_NB) * CUDA_MM_NB;
-    return align8(sizeof(int32_t) * n) + sizeof(int64_t) * (3 * n + CUDA_MM_NB) + sizeof(int32_t) * CUDA_MM_NB;
+    return align8(sizeof(int32_t) * n) + sizeof(int64_t) * (4 * n + CUDA_MM_NB) + sizeof(int32_t) * CUDA_MM_NB;
 }
 
 /* Bytes of the expert item lists for `items` items: ids, then the gate/up
@@ -162,7 +162,7 @@ struct cuda_model {
     size_t    nc_items;      /* most expert items of a chunk: nc * k */
     float    *cx, *cxn;      /* device (nc, n_embd): the chunk's residual rows, their norms */
     uint8_t  *cxq, *cxq2;    /* device: the rows quantized (the widest dot type), for up (cxq2) */
-    float    *cqkv;          /* device (nc, q + k + v) */
+    float    *cqkv;          /* device: q (nc, n_head*head_dim), then k and v (nc, n_head_kv*head_dim) each */
     float    *catt;          /* device (nc, n_head * head_dim) */
     float    *crouter;       /* device (nc, n_expert) */
     int32_t  *csel;          /* device (nc, k) */
@@ -172,7 +172,7 @@ struct cuda_model {
     float    *ceout;         /* device (nc, k, n_embd) down outputs; (nc, n_embd) Wo outputs */
     uint8_t  *cdense, *hdense;   /* device / host: the dense item lists (chunk_dense_items) */
     const int32_t *cd_xrow, *cd_last;
-    const int64_t *cd_yqkv, *cd_ye, *cd_yr, *cd_zero;
+    const int64_t *cd_yq, *cd_ykv, *cd_ye, *cd_yr, *cd_zero;
     int       cd_items;
     uint8_t  *citem;         /* device: the expert item lists (chunk_route) */
     int32_t  *hitem;         /* host: the same, built there (chunk_item_bytes(nc_items)) */
@@ -1034,8 +1034,9 @@ static int layer_moe(cuda_model *m, int l, err *e)
  * arena, every routed expert of every row is a lookup and a miss is copied
  * for that row alone). A chunk of nr rows instead runs layer by layer: the
  * dense projections as grouped matmuls (cuda_matmul: the weights read once
- * per 8 rows), each row's Q/K norm + RoPE + KV store and attention in row
- * order (row i's K/V are stored before row i + 1 attends), then the MoE:
+ * per 8 rows), each row's Q/K norm + RoPE + KV store, then the chunk's
+ * attention in one launch (row i over positions 0..p0 + i, with a one-row
+ * call's launch shape: cuda_attention_rows), then the MoE:
  * all rows routed, one ids download, one lookup and one copy per distinct
  * expert (arena), the rows routed to each expert multiplied by it in
  * groups of 8. Per row the arithmetic is the row path's, kernel for kernel
@@ -1046,30 +1047,31 @@ static int layer_moe(cuda_model *m, int l, err *e)
 
 /* The chunk's dense item lists for nr rows: groups of CUDA_MM_NB
  * consecutive rows (xrow = the row, -1 past nr) and their output offsets
- * for row strides qkv (q, k, v rows), n_embd and n_expert; uploaded once a
- * chunk. */
+ * for row strides q, k/v, n_embd and n_expert; uploaded once a chunk. */
 static int chunk_dense_items(cuda_model *m, int nr, err *e)
 {
     const int NB = CUDA_MM_NB, ni = (nr + NB - 1) / NB;
     const size_t n = (size_t)ni * NB, oy = align8(sizeof(int32_t) * n);
-    const int64_t qkv = (int64_t)m->hp.n_head * m->hp.head_dim + 2 * (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+    const int64_t qd = (int64_t)m->hp.n_head * m->hp.head_dim, kvd = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
     int32_t *xr = (int32_t *)m->hdense;
     int64_t *yo = (int64_t *)(m->hdense + oy);
     for (size_t g = 0; g < n; g++) {
         const int r = g < (size_t)nr ? (int)g : -1;
         xr[g] = r;
-        yo[g] = r < 0 ? 0 : r * qkv;
-        yo[n + g] = r < 0 ? 0 : (int64_t)r * m->hp.n_embd;
-        yo[2 * n + g] = r < 0 ? 0 : (int64_t)r * m->hp.n_expert;
+        yo[g] = r < 0 ? 0 : r * qd;
+        yo[n + g] = r < 0 ? 0 : r * kvd;
+        yo[2 * n + g] = r < 0 ? 0 : (int64_t)r * m->hp.n_embd;
+        yo[3 * n + g] = r < 0 ? 0 : (int64_t)r * m->hp.n_expert;
     }
     /* one item of row 0 alone (the last layer's MoE for the head row) */
-    int64_t *oney = yo + 3 * n;
+    int64_t *oney = yo + 4 * n;
     int32_t *onex = (int32_t *)(oney + NB);
     for (int j = 0; j < NB; j++) { oney[j] = 0; onex[j] = j ? -1 : 0; }
-    const size_t bytes = oy + sizeof(int64_t) * (3 * n + NB) + sizeof(int32_t) * NB;
+    const size_t bytes = oy + sizeof(int64_t) * (4 * n + NB) + sizeof(int32_t) * NB;
     m->cd_xrow = (int32_t *)m->cdense;
-    m->cd_yqkv = (int64_t *)(m->cdense + oy);
-    m->cd_ye = m->cd_yqkv + n;
+    m->cd_yq = (int64_t *)(m->cdense + oy);
+    m->cd_ykv = m->cd_yq + n;
+    m->cd_ye = m->cd_ykv + n;
     m->cd_yr = m->cd_ye + n;
     m->cd_zero = m->cd_yr + n;
     m->cd_last = (int32_t *)(m->cd_zero + NB);
@@ -1109,35 +1111,29 @@ static int layer_attn_chunk(cuda_model *m, int l, int p0, int nr, int full, err 
     const hparams *hp = &m->hp;
     const dlayer *dl = &m->layers[l];
     const int E = hp->n_embd, D = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
-    const size_t qd = (size_t)H * D, kvd = (size_t)Hkv * D, qkv = qd + 2 * kvd;
+    const size_t qd = (size_t)H * D, kvd = (size_t)Hkv * D;
     cuda_ctx *cu = m->cu;
+    float *cq = m->cqkv, *ck = cq + (size_t)m->nc * qd, *cv = ck + (size_t)m->nc * kvd;
     TRY(cuda_rmsnorm(cu, m->cxn, m->cx, dl->attn_norm, E, nr, hp->rms_eps, e));
+    /* q, k and v each as rows of their own buffer (the attention reads q
+     * rows of n_head * head_dim) */
     const void *xq;
     size_t xs;
     TRY(chunk_act(m, &dl->wq, m->cxn, nr, m->cxq, &xq, &xs, e));
-    if (qkv_adjacent(m, dl)) {   /* q, k, v rows as one matrix: row r's outputs at r * qkv */
-        dmat all = dl->wq;
-        all.rows = dl->wq.rows + dl->wk.rows + dl->wv.rows;
-        TRY(mm_dense(m, &all, xq, xs, m->cd_yqkv, m->cqkv, e));
-    } else {
-        TRY(mm_dense(m, &dl->wq, xq, xs, m->cd_yqkv, m->cqkv, e));
-        if (!same_dot(&dl->wk, &dl->wq)) TRY(chunk_act(m, &dl->wk, m->cxn, nr, m->cxq, &xq, &xs, e));
-        TRY(mm_dense(m, &dl->wk, xq, xs, m->cd_yqkv, m->cqkv + qd, e));
-        if (!same_dot(&dl->wv, &dl->wk)) TRY(chunk_act(m, &dl->wv, m->cxn, nr, m->cxq, &xq, &xs, e));
-        TRY(mm_dense(m, &dl->wv, xq, xs, m->cd_yqkv, m->cqkv + qd + kvd, e));
-    }
-    const float scale = 1.0f / sqrtf((float)D);
-    for (int i = 0; i < nr; i++) {
-        float *q = m->cqkv + (size_t)i * qkv;
-        const int32_t *pos = m->pos + p0 + i;
-        TRY(cuda_qk_norm_rope_store(cu, q, q + qd, q + qd + kvd, dl->q_norm, dl->k_norm, H, Hkv, D, hp->n_rot, pos,
-                                    hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps, dl->k_cache, dl->v_cache,
-                                    m->kv_f16, e));
-        if (full)
-            TRY(cuda_attention_decode(cu, m->catt + (size_t)i * qd, q, 1, H, Hkv, D, dl->k_cache, m->kv_f16,
-                                      dl->v_cache, m->kv_f16, pos, scale, e));
-    }
+    TRY(mm_dense(m, &dl->wq, xq, xs, m->cd_yq, cq, e));
+    if (!same_dot(&dl->wk, &dl->wq)) TRY(chunk_act(m, &dl->wk, m->cxn, nr, m->cxq, &xq, &xs, e));
+    TRY(mm_dense(m, &dl->wk, xq, xs, m->cd_ykv, ck, e));
+    if (!same_dot(&dl->wv, &dl->wk)) TRY(chunk_act(m, &dl->wv, m->cxn, nr, m->cxq, &xq, &xs, e));
+    TRY(mm_dense(m, &dl->wv, xq, xs, m->cd_ykv, cv, e));
+    for (int i = 0; i < nr; i++)
+        TRY(cuda_qk_norm_rope_store(cu, cq + (size_t)i * qd, ck + (size_t)i * kvd, cv + (size_t)i * kvd, dl->q_norm,
+                                    dl->k_norm, H, Hkv, D, hp->n_rot, m->pos + p0 + i, hp->rope_freq_base,
+                                    hp->rope_freq_scale, hp->rms_eps, dl->k_cache, dl->v_cache, m->kv_f16, e));
     if (!full) return 0;
+    /* every row's K/V is stored: the chunk's attention in one launch, each
+     * row over positions 0..p0 + i, as a one-row call would compute it */
+    TRY(cuda_attention_rows(cu, m->catt, cq, nr, H, Hkv, D, dl->k_cache, m->kv_f16, dl->v_cache, m->kv_f16,
+                            m->pos + p0, 1.0f / sqrtf((float)D), e));
     /* x = x + Wo . att (the row path adds inside the matvec's store: the same sum) */
     TRY(chunk_act(m, &dl->wo, m->catt, nr, m->cxq, &xq, &xs, e));
     TRY(mm_dense(m, &dl->wo, xq, xs, m->cd_ye, m->ceout, e));
