@@ -336,6 +336,14 @@ int  cuda_qk_norm_rope_store(cuda_ctx *c, float *q_dev, float *k_dev, const floa
 int  cuda_attention_decode(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
                            int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,
                            const int32_t *pos_dev, float scale, err *e);
+/* cuda_qk_norm_rope_store_rows: cuda_qk_norm_rope_store for `rows` rows
+ * at once (a prompt chunk): row r's q at q + r * n_head*head_dim, its k and
+ * v at k / v + r * n_head_kv*head_dim, its position pos_dev[r]; each row
+ * bit for bit the one-row call. rows <= 65535. */
+int  cuda_qk_norm_rope_store_rows(cuda_ctx *c, float *q_dev, float *k_dev, const float *v_dev, int rows,
+                                  const float *q_norm_dev, const float *k_norm_dev, int n_head, int n_head_kv,
+                                  int head_dim, int n_rot, const int32_t *pos_dev, float freq_base, float freq_scale,
+                                  float eps, void *k_cache_dev, void *v_cache_dev, int f16, err *e);
 /* cuda_attention_rows: cuda_attention_decode for n_q rows with the launch
  * shape (heads per CTA, cluster) of a one-row call, so each row's output
  * is bit for bit what a one-row call at its position gives (a prompt

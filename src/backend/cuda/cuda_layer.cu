@@ -285,11 +285,15 @@ __global__ void __launch_bounds__(RMS_THREADS)
 k_qk_norm_rope_store(float *q, float *k, const float *__restrict__ v, const float *__restrict__ qw,
                      const float *__restrict__ kw, int n_head, int n_head_kv, int head_dim, int n_rot,
                      const int32_t *__restrict__ pos, float theta_scale, float freq_scale, float eps, void *kc,
-                     void *vc, int f16)
+                     void *vc, int f16, size_t q_stride, size_t kv_stride)
 {
     __shared__ double part[RMS_THREADS / 32];
     __shared__ float cs[RP_MAXHALF], sn[RP_MAXHALF];
-    const int hb = blockIdx.x, half = n_rot / 2, p = pos[0];
+    /* row blockIdx.y of a chunk: its q, k, v rows and its position */
+    q += (size_t)blockIdx.y * q_stride;
+    k += (size_t)blockIdx.y * kv_stride;
+    v += (size_t)blockIdx.y * kv_stride;
+    const int hb = blockIdx.x, half = n_rot / 2, p = pos[blockIdx.y];
     const size_t kvd = (size_t)n_head_kv * head_dim;
     if (hb >= n_head + n_head_kv) {   /* a value head: the store only */
         const int h = hb - n_head - n_head_kv;
@@ -316,20 +320,31 @@ k_qk_norm_rope_store(float *q, float *k, const float *__restrict__ v, const floa
     }
 }
 
+extern "C" int cuda_qk_norm_rope_store_rows(cuda_ctx *c, float *q, float *k, const float *v, int rows,
+                                            const float *q_norm, const float *k_norm, int n_head, int n_head_kv,
+                                            int head_dim, int n_rot, const int32_t *pos, float freq_base,
+                                            float freq_scale, float eps, void *k_cache, void *v_cache, int f16,
+                                            err *e)
+{
+    if (n_head <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_rot <= 0 || (n_rot & 1) || n_rot > head_dim ||
+        n_rot / 2 > RP_MAXHALF || rows <= 0 || rows > 65535)
+        return err_setf(e, ERR_USAGE, "cuda_qk_norm_rope_store: n_head=%d n_head_kv=%d head_dim=%d n_rot=%d rows=%d",
+                        n_head, n_head_kv, head_dim, n_rot, rows);
+    const float theta_scale = powf(freq_base, -2.0f / n_rot);   /* host libm, as cuda_rope_neox */
+    const dim3 grid((unsigned)(n_head + 2 * n_head_kv), (unsigned)rows);
+    k_qk_norm_rope_store<<<grid, RMS_THREADS, 0, c->stream>>>(
+        q, k, v, q_norm, k_norm, n_head, n_head_kv, head_dim, n_rot, pos, theta_scale, freq_scale, eps, k_cache,
+        v_cache, f16, (size_t)n_head * head_dim, (size_t)n_head_kv * head_dim);
+    return cuda_launch_check(e, "qk_norm_rope_store");
+}
+
 extern "C" int cuda_qk_norm_rope_store(cuda_ctx *c, float *q, float *k, const float *v, const float *q_norm,
                                        const float *k_norm, int n_head, int n_head_kv, int head_dim, int n_rot,
                                        const int32_t *pos, float freq_base, float freq_scale, float eps,
                                        void *k_cache, void *v_cache, int f16, err *e)
 {
-    if (n_head <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_rot <= 0 || (n_rot & 1) || n_rot > head_dim ||
-        n_rot / 2 > RP_MAXHALF)
-        return err_setf(e, ERR_USAGE, "cuda_qk_norm_rope_store: n_head=%d n_head_kv=%d head_dim=%d n_rot=%d",
-                        n_head, n_head_kv, head_dim, n_rot);
-    const float theta_scale = powf(freq_base, -2.0f / n_rot);   /* host libm, as cuda_rope_neox */
-    k_qk_norm_rope_store<<<n_head + 2 * n_head_kv, RMS_THREADS, 0, c->stream>>>(
-        q, k, v, q_norm, k_norm, n_head, n_head_kv, head_dim, n_rot, pos, theta_scale, freq_scale, eps, k_cache,
-        v_cache, f16);
-    return cuda_launch_check(e, "qk_norm_rope_store");
+    return cuda_qk_norm_rope_store_rows(c, q, k, v, 1, q_norm, k_norm, n_head, n_head_kv, head_dim, n_rot, pos,
+                                        freq_base, freq_scale, eps, k_cache, v_cache, f16, e);
 }
 
 extern "C" int cuda_rope_neox(cuda_ctx *c, float *x, int rows, int n_head, int head_dim, int n_rot,

@@ -1034,8 +1034,8 @@ static int layer_moe(cuda_model *m, int l, err *e)
  * arena, every routed expert of every row is a lookup and a miss is copied
  * for that row alone). A chunk of nr rows instead runs layer by layer: the
  * dense projections as grouped matmuls (cuda_matmul: the weights read once
- * per 8 rows), each row's Q/K norm + RoPE + KV store, then the chunk's
- * attention in one launch (row i over positions 0..p0 + i, with a one-row
+ * per 8 rows), the rows' Q/K norm + RoPE + KV store in one launch, then
+ * the chunk's attention in one launch (row i over positions 0..p0 + i, with a one-row
  * call's launch shape: cuda_attention_rows), then the MoE:
  * all rows routed, one ids download, one lookup and one copy per distinct
  * expert (arena), the rows routed to each expert multiplied by it in
@@ -1125,10 +1125,9 @@ static int layer_attn_chunk(cuda_model *m, int l, int p0, int nr, int full, err 
     TRY(mm_dense(m, &dl->wk, xq, xs, m->cd_ykv, ck, e));
     if (!same_dot(&dl->wv, &dl->wk)) TRY(chunk_act(m, &dl->wv, m->cxn, nr, m->cxq, &xq, &xs, e));
     TRY(mm_dense(m, &dl->wv, xq, xs, m->cd_ykv, cv, e));
-    for (int i = 0; i < nr; i++)
-        TRY(cuda_qk_norm_rope_store(cu, cq + (size_t)i * qd, ck + (size_t)i * kvd, cv + (size_t)i * kvd, dl->q_norm,
-                                    dl->k_norm, H, Hkv, D, hp->n_rot, m->pos + p0 + i, hp->rope_freq_base,
-                                    hp->rope_freq_scale, hp->rms_eps, dl->k_cache, dl->v_cache, m->kv_f16, e));
+    TRY(cuda_qk_norm_rope_store_rows(cu, cq, ck, cv, nr, dl->q_norm, dl->k_norm, H, Hkv, D, hp->n_rot, m->pos + p0,
+                                     hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps, dl->k_cache, dl->v_cache,
+                                     m->kv_f16, e));
     if (!full) return 0;
     /* every row's K/V is stored: the chunk's attention in one launch, each
      * row over positions 0..p0 + i, as a one-row call would compute it */
