@@ -31,6 +31,8 @@
 #include "backend/cuda/cuda_qdot.cuh"
 #include "backend/cuda/cuda_rows.cuh"
 
+#define TRY_MV(call) do { int rc_ = (call); if (rc_) return rc_; } while (0)
+
 /* ==== Activation quantization ==== */
 
 /* One warp per 256-value block, 8 values a lane (lane l: 8l .. 8l+7),
@@ -498,6 +500,49 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
 #define MVD_WARPS 8
 #define MVD_U 4
 
+/* L2 prefetch of a CTA's rows: the lines that hold a byte of [g, g + n),
+ * never past it. */
+__device__ __forceinline__ void mvd_prefetch_l2(const uint8_t *g, size_t n)
+{
+    const uintptr_t a0 = (uintptr_t)g & ~(uintptr_t)127, a1 = (uintptr_t)g + n;
+    for (uintptr_t a = a0 + 128 * (uintptr_t)threadIdx.x; a < a1; a += 128 * (uintptr_t)blockDim.x)
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a < (uintptr_t)g ? (uintptr_t)g : a));
+}
+
+/* The direct kernels' geometry: lg_s (2^lg_s lanes a row: the smallest
+ * with 2^lg_s * MVD_U >= the row's items; the per-row arithmetic depends on
+ * it) and R (one CTA pass of rows, doubled while the tile stays <= 32 KB,
+ * amortizing the activation unpack, and the grid still has >= 4 CTAs per
+ * SM). */
+static void mvd_geometry(const cuda_ctx *c, int64_t nit, int rows, int rb, int64_t nbat, int *lg_s, int *R)
+{
+    int s = 0;
+    while (s < 5 && ((int64_t)MVD_U << s) < nit) s++;
+    int r = MVD_WARPS * (32 >> s);
+    while (r < 256 && (int64_t)2 * r * rb <= 32768 &&
+           (int64_t)((rows + 2 * r - 1) / (2 * r)) * nbat >= 4 * (int64_t)c->info.sm_count)
+        r *= 2;
+    *lg_s = s;
+    *R = r;
+}
+
+/* The shape and alignment every matvec/matmul launch needs (name: the
+ * caller's, for the message; n: its batch or item count). */
+template <int QT>
+static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void *w, size_t w_stride, const void *xq,
+                    size_t x_stride, err *e)
+{
+    typedef mv_traits<QT> T;
+    if (k <= 0 || k % T::BE || k > INT_MAX / 8 || rows <= 0 || rows > INT_MAX || n <= 0 || n > 65535)
+        return err_setf(e, ERR_USAGE, "%s: bad shape rows=%lld k=%lld batch=%d (%s: k a multiple of %d)", name,
+                        (long long)rows, (long long)k, n, qtype_name(QT), (int)T::BE);
+    const uintptr_t wal = T::WAL - 1, xal = T::XAL - 1;
+    if ((((uintptr_t)w | (uintptr_t)w_stride) & wal) || (((uintptr_t)xq | (uintptr_t)x_stride) & xal))
+        return err_setf(e, ERR_USAGE, "%s: %s weights need %d-byte and activations %d-byte alignment", name,
+                        qtype_name(QT), (int)T::WAL, (int)T::XAL);
+    return 0;
+}
+
 /* grid: (ceil(rows / R), n_batch); block: 32 * MVD_WARPS threads. R is a
  * multiple of MVD_WARPS * (32 >> lg_s) (rows of one pass of the CTA). */
 template <int QT>
@@ -515,13 +560,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     const int nr = min(R, rows - r0);
     const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
 
-    {
-        /* L2 prefetch of the tile: lines that hold a byte of
-         * [g, g + nr * rb), never past it */
-        const uintptr_t a0 = (uintptr_t)g & ~(uintptr_t)127, a1 = (uintptr_t)g + (size_t)nr * rb;
-        for (uintptr_t a = a0 + 128 * (uintptr_t)threadIdx.x; a < a1; a += 128 * (uintptr_t)blockDim.x)
-            asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a < (uintptr_t)g ? (uintptr_t)g : a));
-    }
+    mvd_prefetch_l2(g, (size_t)nr * rb);
 
     float *sxd;
     int16_t *sxbs;
@@ -578,11 +617,7 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     const int r0 = blockIdx.x * R;
     const int nr = min(R, rows - r0);
     const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
-    {
-        const uintptr_t a0 = (uintptr_t)g & ~(uintptr_t)127, a1 = (uintptr_t)g + (size_t)nr * rb;
-        for (uintptr_t a = a0 + 128 * (uintptr_t)threadIdx.x; a < a1; a += 128 * (uintptr_t)blockDim.x)
-            asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a < (uintptr_t)g ? (uintptr_t)g : a));
-    }
+    mvd_prefetch_l2(g, (size_t)nr * rb);
     int nv = 0;
     for (int j = 0; j < CUDA_MM_NB; j++) {
         const int xr = xrow[(size_t)b * CUDA_MM_NB + j];
@@ -668,14 +703,8 @@ template <int QT>
 static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
 {
     typedef mv_traits<QT> T;
-    if (a->k <= 0 || a->k % T::BE || a->k > INT_MAX / 8 || a->rows <= 0 || a->rows > INT_MAX || a->n_batch <= 0 ||
-        a->n_batch > 65535)
-        return err_setf(e, ERR_USAGE, "cuda_matvec: bad shape rows=%lld k=%lld batch=%d (%s: k a multiple of %d)",
-                        (long long)a->rows, (long long)a->k, a->n_batch, qtype_name(a->wtype), (int)T::BE);
-    const uintptr_t wal = T::WAL - 1, xal = T::XAL - 1;
-    if ((((uintptr_t)a->w | (uintptr_t)a->w_stride) & wal) || (((uintptr_t)a->xq | (uintptr_t)a->x_stride) & xal))
-        return err_setf(e, ERR_USAGE, "cuda_matvec: %s weights need %d-byte and activations %d-byte alignment",
-                        qtype_name(a->wtype), (int)T::WAL, (int)T::XAL);
+    TRY_MV(mv_check<QT>("cuda_matvec", a->rows, a->k, a->n_batch, a->w, a->w_stride, a->xq, a->x_stride, e));
+    const uintptr_t wal = T::WAL - 1;
     const int k = (int)a->k, rows = (int)a->rows;
     const int rb = k / T::BE * T::BB;   /* <= 4 k: k <= INT_MAX / 8 */
     const size_t act = mv_act_bytes(T::ACT, k, T::BE);
@@ -692,16 +721,8 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     if (c->mv_force != 1) {
         if (act + MV_SMEM_STATIC > c->info.smem_per_block_optin)
             return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, act);
-        int lg_s = 0;
-        while (lg_s < 5 && ((int64_t)MVD_U << lg_s) < nit) lg_s++;
-        /* R: one CTA pass of rows, doubled while the tile stays <= 32 KB
-         * (amortizes the activation unpack) and the grid still has >= 4
-         * CTAs per SM */
-        const int rpi = MVD_WARPS * (32 >> lg_s);
-        int R = rpi;
-        while (R < 256 && (int64_t)2 * R * rb <= 32768 &&
-               (int64_t)((rows + 2 * R - 1) / (2 * R)) * nbat >= 4 * (int64_t)c->info.sm_count)
-            R *= 2;
+        int lg_s, R;
+        mvd_geometry(c, nit, rows, rb, nbat, &lg_s, &R);
         const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
         k_matvec_direct<QT><<<grid, 32 * MVD_WARPS, act, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, lg_s, xq,
                                                                       a->x_stride, a->y, a->y_stride, ex);
@@ -731,14 +752,8 @@ template <int QT>
 static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
 {
     typedef mv_traits<QT> T;
-    if (a->k <= 0 || a->k % T::BE || a->k > INT_MAX / 8 || a->rows <= 0 || a->rows > INT_MAX || a->n_items <= 0 ||
-        a->n_items > 65535 || !a->xrow || !a->yoff)
-        return err_setf(e, ERR_USAGE, "cuda_matmul: bad shape rows=%lld k=%lld items=%d (%s: k a multiple of %d)",
-                        (long long)a->rows, (long long)a->k, a->n_items, qtype_name(a->wtype), (int)T::BE);
-    const uintptr_t wal = T::WAL - 1, xal = T::XAL - 1;
-    if ((((uintptr_t)a->w | (uintptr_t)a->w_stride) & wal) || (((uintptr_t)a->xq | (uintptr_t)a->x_stride) & xal))
-        return err_setf(e, ERR_USAGE, "cuda_matmul: %s weights need %d-byte and activations %d-byte alignment",
-                        qtype_name(a->wtype), (int)T::WAL, (int)T::XAL);
+    TRY_MV(mv_check<QT>("cuda_matmul", a->rows, a->k, a->n_items, a->w, a->w_stride, a->xq, a->x_stride, e));
+    if (!a->xrow || !a->yoff) return err_setf(e, ERR_USAGE, "cuda_matmul: no item lists (xrow, yoff)");
     const int k = (int)a->k, rows = (int)a->rows;
     const int rb = k / T::BE * T::BB;
     const int act_al = (int)((mv_act_bytes(T::ACT, k, T::BE) + 15) & ~(size_t)15);
@@ -746,14 +761,9 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     if (smem + MV_SMEM_STATIC + 3 * 8 * CUDA_MM_NB > c->info.smem_per_block_optin)
         return err_setf(e, ERR_UNSUPPORTED, "cuda_matmul: k=%d too large (%zu bytes of shared memory)", k, smem);
     const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
-    /* the direct kernel's lanes per row (the per-row arithmetic depends on it) */
-    int lg_s = 0;
-    while (lg_s < 5 && ((int64_t)MVD_U << lg_s) < nit) lg_s++;
-    const int rpi = MVD_WARPS * (32 >> lg_s);
-    int R = rpi;
-    while (R < 256 && (int64_t)2 * R * rb <= 32768 &&
-           (int64_t)((rows + 2 * R - 1) / (2 * R)) * a->n_items >= 4 * (int64_t)c->info.sm_count)
-        R *= 2;
+    /* the direct kernel's geometry: the same lanes per row, so the same sums */
+    int lg_s, R;
+    mvd_geometry(c, nit, rows, rb, a->n_items, &lg_s, &R);
     const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_items);
     k_matmul_direct<QT><<<grid, 32 * MVD_WARPS, smem, c->stream>>>((const uint8_t *)a->w, a->w_stride, a->ids, rows, k,
                                                                    R, lg_s, (const uint8_t *)a->xq, a->x_stride,
