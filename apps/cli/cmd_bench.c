@@ -34,7 +34,10 @@
  * expert matmul rate (2 x 3 x n_embd x n_ff_exp ops per routed row-slot,
  * whatever the weight type) over the whole evaluation (expert_gops) and over
  * the routed-expert jobs alone (expert_matmul_gops, with their share of the
- * time in expert_time_fraction), and the stream counters.
+ * time in expert_time_fraction), the stream counters, and with --gpu-arena
+ * the GPU arena's: bytes copied host -> device per token and per second,
+ * hits, misses, read-ahead copies and how many were used (gpu_*; null
+ * without a GPU arena).
  *
  * Exit codes: 0 ok, 1 runtime error (model, evaluation), 2 usage. */
 #include <math.h>
@@ -96,6 +99,8 @@ typedef struct row {
     double   total_s;
     session_stats st;                 /* summed over the timed repetitions */
     engine_stream_counters sc;        /* the same, streaming only */
+    engine_gpu_stats gs;              /* the GPU arena's counters over the timed repetitions
+                                         (gpu_arena_bytes > 0 only) */
     char     time_iso[32];
 } row;
 
@@ -410,8 +415,13 @@ static const field k_fields[] = {
     { "expert_time_fraction", 'f' }, { "expert_matmul_gops", 'f' },
     { "stream_bytes_per_token", 'n' }, { "stream_mb_per_token", 'n' }, { "stream_hits", 'n' },
     { "stream_misses", 'n' }, { "stream_ahead", 'n' }, { "stream_wait_ms", 'n' },
+    { "gpu_h2d_bytes_per_token", 'n' }, { "gpu_h2d_gbs", 'n' }, { "gpu_arena_hits", 'n' },
+    { "gpu_arena_misses", 'n' }, { "gpu_prefetched", 'n' }, { "gpu_prefetch_used", 'n' },
 };
 #define N_FIELDS (int)(sizeof k_fields / sizeof k_fields[0])
+
+/* Tokens evaluated over the timed repetitions (prompt and generated). */
+static int64_t n_tok_all(const row *r) { return (int64_t)(r->n_prompt + r->n_gen) * r->reps; }
 
 /* Value of field i of r, as text (strings unquoted). Returns 0 for a null. */
 static int field_value(const row *r, int i, char *b, size_t cap)
@@ -461,6 +471,16 @@ static int field_value(const row *r, int i, char *b, size_t cap)
     if (!strcmp(n, "stream_misses")) STREAM_I(r->sc.misses);
     if (!strcmp(n, "stream_ahead")) STREAM_I(r->sc.ahead);
     if (!strcmp(n, "stream_wait_ms")) STREAM_F(r->sc.wait_ms);
+#define GPU_F(x) do { if (!r->gpu_arena_bytes) return 0; F(x); } while (0)
+#define GPU_I(x) do { if (!r->gpu_arena_bytes) return 0; I(x); } while (0)
+    if (!strcmp(n, "gpu_h2d_bytes_per_token")) GPU_F(ratio((double)r->gs.bytes_h2d, (double)n_tok_all(r)));
+    if (!strcmp(n, "gpu_h2d_gbs")) GPU_F(ratio((double)r->gs.bytes_h2d, r->total_s) / 1e9);
+    if (!strcmp(n, "gpu_arena_hits")) GPU_I(r->gs.hits);
+    if (!strcmp(n, "gpu_arena_misses")) GPU_I(r->gs.misses);
+    if (!strcmp(n, "gpu_prefetched")) GPU_I(r->gs.prefetched);
+    if (!strcmp(n, "gpu_prefetch_used")) GPU_I(r->gs.prefetch_used);
+#undef GPU_F
+#undef GPU_I
 #undef S
 #undef I
 #undef F
@@ -590,14 +610,17 @@ static int run_test(ctx *c, const bench_opts *o, row *r, err *e)
     }
     memset(&r->st, 0, sizeof r->st);
     memset(&r->sc, 0, sizeof r->sc);
+    memset(&r->gs, 0, sizeof r->gs);
     r->total_s = 0;
     double sum_ts = 0, sum_ns = 0;
     const int n_tok = r->n_prompt + r->n_gen;
     for (int k = 0; k < r->reps; k++) {
         session_stats s0, s1;
         engine_stream_counters c0, c1;
+        engine_gpu_stats g0, g1;
         session_stats_get(c->s, phase, &s0);
         if (r->streaming) engine_stream_counters_get(c->eng, phase, &c0);
+        if (r->gpu_arena_bytes) engine_backend_stats(c->eng, &g0);
         int rc = run_once(c, r->n_prompt, r->n_gen, &rng, &sec, e);
         if (rc) return rc;
         session_stats_get(c->s, phase, &s1);
@@ -605,6 +628,13 @@ static int run_test(ctx *c, const bench_opts *o, row *r, err *e)
         if (r->streaming) {
             engine_stream_counters_get(c->eng, phase, &c1);
             counters_sub(&r->sc, &c1, &c0);
+        }
+        if (r->gpu_arena_bytes && engine_backend_stats(c->eng, &g1) == 0) {
+            r->gs.hits += g1.hits - g0.hits;
+            r->gs.misses += g1.misses - g0.misses;
+            r->gs.bytes_h2d += g1.bytes_h2d - g0.bytes_h2d;
+            r->gs.prefetched += g1.prefetched - g0.prefetched;
+            r->gs.prefetch_used += g1.prefetch_used - g0.prefetch_used;
         }
         if (sec <= 0) sec = 1e-9;
         r->samples_ns[k] = sec * 1e9;

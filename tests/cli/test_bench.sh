@@ -73,6 +73,9 @@ for r in d:
         assert k in r, k
     assert len(r["samples_ns"]) == 3 and r["avg_ts"] > 0 and r["weight_bytes_per_token"] > 0
     assert r["arena"] == "resident" and r["stream_mb_per_token"] is None
+    for k in ("gpu_h2d_bytes_per_token", "gpu_h2d_gbs", "gpu_arena_hits", "gpu_arena_misses", "gpu_prefetched",
+              "gpu_prefetch_used"):
+        assert k in r and r[k] is None, (k, r.get(k))   # no GPU arena: null
 assert d[0]["n_prompt"] == 16 and d[0]["n_gen"] == 0 and d[1]["n_gen"] == 4
 assert d[0]["expert_lookups_per_chunk"] > 0 and d[0]["expert_lookups_uniform_per_chunk"] > 0
 ' "$tmp/out"
