@@ -72,6 +72,11 @@ static const quant_gemm_fn k_gemm_avxvnni[QTYPE_MAX_ID] = {
     [QTYPE_Q4_K] = quant_avxvnni_gemm_q4_K,
     [QTYPE_Q5_K] = quant_avxvnni_gemm_q5_K,
     [QTYPE_Q6_K] = quant_avxvnni_gemm_q6_K,
+    [QTYPE_Q8_0] = quant_avxvnni_gemm_q8_0,
+    [QTYPE_Q4_0] = quant_avxvnni_gemm_q4_0,
+    [QTYPE_Q5_0] = quant_avxvnni_gemm_q5_0,
+    [QTYPE_Q4_1] = quant_avxvnni_gemm_q4_1,
+    [QTYPE_Q5_1] = quant_avxvnni_gemm_q5_1,
 };
 
 static const kernel_row *row_for(int type, err *e)

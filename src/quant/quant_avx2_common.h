@@ -19,6 +19,22 @@
 
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }   /* exact, like fp16_to_fp32 */
 
+/* AVX-VNNI kernels are built only where the compiler knows the
+ * instructions (gcc >= 11, clang); quant.c hands them out only for
+ * CPU_ISA_AVXVNNI. GEMM_TARGET_VNNI marks a function compiled for it. */
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11))
+#define GEMM_HAVE_AVXVNNI 1
+#define GEMM_TARGET_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+/* vpdpbusd: acc + the int32 sums of 4 u8 x s8 products a lane; equal to
+ * madd(maddubs(u, s), 1) whenever maddubs does not saturate (|u| <= 128,
+ * as every sign-trick or 5-bit operand here). Not always_inline: it is
+ * inlined where the caller has the avxvnni target (see dp16_vnni). */
+GEMM_TARGET_VNNI static inline __m256i dp8_vnni(__m256i acc, __m256i u8, __m256i s8)
+{
+    return _mm256_dpbusd_avx_epi32(acc, u8, s8);
+}
+#endif
+
 /* Sum of 8 lanes: halves added, then movehl, then movehdup. */
 static inline float hsum_f32_8(__m256 x)
 {

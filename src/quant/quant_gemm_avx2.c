@@ -137,17 +137,30 @@ GEMM_INLINE __m256 pair_products(const int RW, const int RA, const uint16_t *xh,
     return _mm256_mul_ps(_mm256_permutevar8x32_ps(f, vx), _mm256_permutevar8x32_ps(f, vy));
 }
 
+/* The int32 sums of one 32-byte block pair as the dot forms them:
+ * madd(maddubs(u, s), 1), or (vnni) vpdpbusd from zero -- the same sums:
+ * the operands never make maddubs saturate (u <= 128: |q| by the sign
+ * trick, or 5-bit unsigned quants). */
+GEMM_INLINE __m256i qb_sum(const int vnni, __m256i u, __m256i s)
+{
+#ifdef GEMM_HAVE_AVXVNNI
+    if (vnni) return dp8_vnni(_mm256_setzero_si256(), u, s);
+#else
+    (void)vnni;
+#endif
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
 /* One tile: RW weight rows (w, wstride apart) x RA activation rows (a,
  * astride apart), nb blocks each; y[c * ldy + r] for the tile's pairs.
  * RW * RA <= 8. Per block: each weight block unpacked once, then per pair
  * exactly the dot's maddubs -> madd -> cvt -> fma into that pair's acc. */
-GEMM_INLINE void qb_tile(const int T, const int RW, const int RA, int64_t nb,
+GEMM_INLINE void qb_tile(const int T, const int vnni, const int RW, const int RA, int64_t nb,
                          const uint8_t *w, size_t wstride, const uint8_t *a, size_t astride,
                          float *y, size_t ldy)
 {
     const size_t wsz = qb_wsize(T), asz = qb_asize(T), aqs = qb_aqs(T);
     const int mins = qb_has_min(T), sgn = !mins;
-    const __m256i ones = _mm256_set1_epi16(1);
     _Alignas(32) float dbuf[8];
     __m256 acc[8];
     __m256 summs = _mm256_setzero_ps();   /* Q4_1/Q5_1: pair lanes, as dbuf */
@@ -182,7 +195,7 @@ GEMM_INLINE void qb_tile(const int T, const int RW, const int RA, int64_t nb,
             GEMM_UNROLL
             for (int r = 0; r < RW; r++) {
                 const __m256i sy = sgn ? _mm256_sign_epi8(qy, qx[r]) : qy;
-                const __m256 q = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(ax[r], sy), ones));
+                const __m256 q = _mm256_cvtepi32_ps(qb_sum(vnni, ax[r], sy));
                 acc[r * RA + c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dbuf[r * RA + c]), q, acc[r * RA + c]);
             }
         }
@@ -201,13 +214,14 @@ GEMM_INLINE void qb_tile(const int T, const int RW, const int RA, int64_t nb,
 /* g weight rows against one tile of RA activation rows: tiles of RW rows
  * (RW * RA <= 8, RW chosen so small RA still gets several FMA chains),
  * the leftover rows one by one. */
-GEMM_INLINE void qb_rows(const int T, const int RA, int64_t nb, const uint8_t *w, size_t wstride, int g,
-                         const uint8_t *a, size_t astride, float *y, size_t ldy)
+GEMM_INLINE void qb_rows(const int T, const int vnni, const int RA, int64_t nb, const uint8_t *w, size_t wstride,
+                         int g, const uint8_t *a, size_t astride, float *y, size_t ldy)
 {
     const int RW = RA == 1 ? 4 : RA <= 4 ? 2 : 1;
     int r = 0;
-    for (; r + RW <= g; r += RW) qb_tile(T, RW, RA, nb, w + (size_t)r * wstride, wstride, a, astride, y + r, ldy);
-    for (; r < g; r++) qb_tile(T, 1, RA, nb, w + (size_t)r * wstride, wstride, a, astride, y + r, ldy);
+    for (; r + RW <= g; r += RW)
+        qb_tile(T, vnni, RW, RA, nb, w + (size_t)r * wstride, wstride, a, astride, y + r, ldy);
+    for (; r < g; r++) qb_tile(T, vnni, 1, RA, nb, w + (size_t)r * wstride, wstride, a, astride, y + r, ldy);
 }
 
 /* Tuning knobs (overridable with -D for experiments; any value is correct). */
@@ -220,7 +234,7 @@ GEMM_INLINE void qb_rows(const int T, const int RA, int64_t nb, const uint8_t *w
 
 /* Cache blocking: groups of weight rows of ~QB_L2_BYTES stay in L2 while
  * every activation tile (QB_RA rows, L1/L2) passes over them. */
-GEMM_INLINE void qb_gemm(const int T, int64_t n, const void *vw, size_t wstride, int nw,
+GEMM_INLINE void qb_gemm(const int T, const int vnni, int64_t n, const void *vw, size_t wstride, int nw,
                          const void *va, size_t astride, int na, float *y, size_t ldy)
 {
     const uint8_t *w = vw, *a = va;
@@ -236,24 +250,38 @@ GEMM_INLINE void qb_gemm(const int T, int64_t n, const void *vw, size_t wstride,
             const uint8_t *at = a + (size_t)c0 * astride;
             float *yt = y + (size_t)c0 * ldy + (size_t)r0;
             switch (ra) {
-            case 1: qb_rows(T, 1, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 2: qb_rows(T, 2, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 3: qb_rows(T, 3, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 4: qb_rows(T, 4, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 5: qb_rows(T, 5, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 6: qb_rows(T, 6, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 7: qb_rows(T, 7, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            default: qb_rows(T, 8, nb, wg, wstride, g, at, astride, yt, ldy); break;
+            case 1: qb_rows(T, vnni, 1, nb, wg, wstride, g, at, astride, yt, ldy); break;
+            case 2: qb_rows(T, vnni, 2, nb, wg, wstride, g, at, astride, yt, ldy); break;
+            case 3: qb_rows(T, vnni, 3, nb, wg, wstride, g, at, astride, yt, ldy); break;
+            case 4: qb_rows(T, vnni, 4, nb, wg, wstride, g, at, astride, yt, ldy); break;
+            case 5: qb_rows(T, vnni, 5, nb, wg, wstride, g, at, astride, yt, ldy); break;
+            case 6: qb_rows(T, vnni, 6, nb, wg, wstride, g, at, astride, yt, ldy); break;
+            case 7: qb_rows(T, vnni, 7, nb, wg, wstride, g, at, astride, yt, ldy); break;
+            default: qb_rows(T, vnni, 8, nb, wg, wstride, g, at, astride, yt, ldy); break;
             }
         }
     }
 }
 
-QUANT_GEMM_DECL(q8_0) { qb_gemm(K_Q8_0, n, w, wstride, nw, a, astride, na, y, ldy); }
-QUANT_GEMM_DECL(q4_0) { qb_gemm(K_Q4_0, n, w, wstride, nw, a, astride, na, y, ldy); }
-QUANT_GEMM_DECL(q5_0) { qb_gemm(K_Q5_0, n, w, wstride, nw, a, astride, na, y, ldy); }
-QUANT_GEMM_DECL(q4_1) { qb_gemm(K_Q4_1, n, w, wstride, nw, a, astride, na, y, ldy); }
-QUANT_GEMM_DECL(q5_1) { qb_gemm(K_Q5_1, n, w, wstride, nw, a, astride, na, y, ldy); }
+QUANT_GEMM_DECL(q8_0) { qb_gemm(K_Q8_0, 0, n, w, wstride, nw, a, astride, na, y, ldy); }
+QUANT_GEMM_DECL(q4_0) { qb_gemm(K_Q4_0, 0, n, w, wstride, nw, a, astride, na, y, ldy); }
+QUANT_GEMM_DECL(q5_0) { qb_gemm(K_Q5_0, 0, n, w, wstride, nw, a, astride, na, y, ldy); }
+QUANT_GEMM_DECL(q4_1) { qb_gemm(K_Q4_1, 0, n, w, wstride, nw, a, astride, na, y, ldy); }
+QUANT_GEMM_DECL(q5_1) { qb_gemm(K_Q5_1, 0, n, w, wstride, nw, a, astride, na, y, ldy); }
+
+/* The same with vpdpbusd for maddubs + madd (bit-identical); without
+ * compiler support for AVX-VNNI, the AVX2 kernels. */
+#ifdef GEMM_HAVE_AVXVNNI
+#define QB_VNNI(t, K) \
+    GEMM_TARGET_VNNI QUANT_GEMM_DECL_AVXVNNI(t) { qb_gemm(K, 1, n, w, wstride, nw, a, astride, na, y, ldy); }
+#else
+#define QB_VNNI(t, K) QUANT_GEMM_DECL_AVXVNNI(t) { quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); }
+#endif
+QB_VNNI(q8_0, K_Q8_0)
+QB_VNNI(q4_0, K_Q4_0)
+QB_VNNI(q5_0, K_Q5_0)
+QB_VNNI(q4_1, K_Q4_1)
+QB_VNNI(q5_1, K_Q5_1)
 
 /* ==== F32 / F16 / BF16 ====
  * Per pair, as the dots: s0..s3 += x[i + 8k] * y[i + 8k] (fused) over the

@@ -157,9 +157,7 @@ static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const 
  * call is dead code for vnni = 0) and inlined into the AVX-VNNI rows
  * functions, where the call is then inlined (checked in the object code:
  * no calls in the *_rows_vnni functions). */
-#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11))
-#define GEMM_HAVE_AVXVNNI 1
-#define GEMM_TARGET_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#ifdef GEMM_HAVE_AVXVNNI   /* quant_avx2_common.h */
 GEMM_TARGET_VNNI static inline __m256i dp16_vnni(__m256i acc, __m256i s16, __m256i p16)
 {
     return _mm256_dpwssd_avx_epi32(acc, s16, p16);

@@ -235,8 +235,9 @@ QUANT_GEMM_DECL(q5_K);
 QUANT_GEMM_DECL(q6_K);
 #define QUANT_GEMM_AVX2_Q6_K quant_avx2_gemm_q6_K
 
-/* The same K-quant kernels with AVX-VNNI (vpdpwssd for madd + add: the same
- * int32 sums), bit-identical to the AVX2 ones; only for CPU_ISA_AVXVNNI
+/* The same kernels with AVX-VNNI (K-quants: vpdpwssd for madd + add; the
+ * 32-element block types: vpdpbusd for maddubs + madd; the same int32
+ * sums), bit-identical to the AVX2 ones; only for CPU_ISA_AVXVNNI
  * (quant_ops_get checks the CPU). quant_gemm_k_avx2.c; a compiler without
  * AVX-VNNI support builds them as the AVX2 kernels. */
 #define QUANT_GEMM_DECL_AVXVNNI(t) void quant_avxvnni_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, \
@@ -246,5 +247,11 @@ QUANT_GEMM_DECL_AVXVNNI(q3_K);
 QUANT_GEMM_DECL_AVXVNNI(q4_K);
 QUANT_GEMM_DECL_AVXVNNI(q5_K);
 QUANT_GEMM_DECL_AVXVNNI(q6_K);
+/* quant_gemm_avx2.c: the 32-element block types (vpdpbusd for maddubs + madd) */
+QUANT_GEMM_DECL_AVXVNNI(q8_0);
+QUANT_GEMM_DECL_AVXVNNI(q4_0);
+QUANT_GEMM_DECL_AVXVNNI(q5_0);
+QUANT_GEMM_DECL_AVXVNNI(q4_1);
+QUANT_GEMM_DECL_AVXVNNI(q5_1);
 
 #endif
