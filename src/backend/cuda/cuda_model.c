@@ -438,6 +438,71 @@ static int arena_take(cuda_model *m, uint64_t now)
     return s;
 }
 
+/* Expert x of layer l into the least recently used slot not used at tick
+ * now, recorded and marked used at now; -1 when every slot serves the
+ * tick. */
+static int arena_claim(cuda_model *m, int l, int x, uint64_t now)
+{
+    const int s = arena_take(m, now);
+    if (s < 0) return -1;
+    const int32_t key = l * m->hp.n_expert + x;
+    m->slot_key[s] = key;
+    m->slot_of[key] = s;
+    lru_use(m, s, now);
+    return s;
+}
+
+/* The slots claimed for experts xs[0..n) of layer l hold nothing (a copy
+ * into them failed): unmapped, first in line for reuse. */
+static void arena_unclaim(cuda_model *m, int l, const int32_t *xs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const int32_t key = l * m->hp.n_expert + xs[i];
+        const int s = m->slot_of[key];
+        if (s < 0) continue;
+        m->slot_of[key] = -1;
+        m->slot_key[s] = -1;
+        m->slot_pf[s] = 0;
+        lru_drop(m, s);
+    }
+}
+
+/* Routed expert ids from the device are checked before use. */
+static int check_ids(int l, const int32_t *ids, int n, int n_expert, err *e)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_expert)
+            return err_setf(e, ERR_INTERNAL, "cuda_model: layer %d routed expert id %d (n_expert %d)", l,
+                            (int)ids[i], n_expert);
+    return 0;
+}
+
+/* Layer l's routed ids[0..n) (repeats allowed) at tick now: the first
+ * lookup of an expert in the tick counts a hit (refreshing its slot) or a
+ * miss (claiming one, listed once in miss); slots[b] = ids[b]'s slot.
+ * n <= n_slots, so every claim succeeds. Returns the number of misses. */
+static int arena_lookup(cuda_model *m, int l, const int32_t *ids, int n, uint64_t now, int32_t *slots,
+                        int32_t *miss)
+{
+    int nm = 0;
+    for (int b = 0; b < n; b++) {
+        int s = m->slot_of[l * m->hp.n_expert + ids[b]];
+        if (s >= 0) {
+            if (m->slot_used[s] != now) {
+                m->ast.hits++;
+                if (m->slot_pf[s]) { m->ast.prefetch_used++; m->slot_pf[s] = 0; }
+                lru_use(m, s, now);
+            }
+        } else {
+            s = arena_claim(m, l, ids[b], now);
+            m->ast.misses++;
+            miss[nm++] = ids[b];
+        }
+        slots[b] = s;
+    }
+    return nm;
+}
+
 /* Enqueue expert x of layer l into slot s from the file mapping. */
 static int arena_copy_map(cuda_model *m, int l, int x, int s, err *e)
 {
@@ -492,6 +557,23 @@ static int arena_copy_host(cuda_model *m, int l, int32_t *xs, int n, err *e)
     return 0;
 }
 
+/* Layer l's misses into their slots (through the host tier, or from the
+ * mapping) and the compute stream fenced behind the copies; on failure
+ * those slots hold nothing. */
+static int arena_fill(cuda_model *m, int l, int32_t *miss, int nm, err *e)
+{
+    int rc = 0;
+    if (m->host) rc = arena_copy_host(m, l, miss, nm, e);
+    else
+        for (int i = 0; i < nm && !rc; i++)
+            rc = arena_copy_map(m, l, miss[i], m->slot_of[l * m->hp.n_expert + miss[i]], e);
+    if (rc) {
+        arena_unclaim(m, l, miss, nm);
+        return rc;
+    }
+    return cuda_copy_fence(m->cu, e);
+}
+
 /* Layer l's routed experts (m->sel, on the device) into arena slots: the
  * ids (and, with read-ahead, layer l + 1's predicted ones) come to the
  * host; a hit refreshes its slot, a miss takes the least recently used
@@ -507,46 +589,14 @@ static int arena_resolve(cuda_model *m, int l, err *e)
     const int K = m->hp.n_expert_used, NE = m->hp.n_expert;
     const int ra = m->ra && l + 1 < m->hp.n_layer ? m->ra : 0;
     int32_t sel[64], slots[32], miss[32];   /* K, ra <= 32 */
-    int nm = 0;
     TRY(cuda_download(m->cu, sel, m->sel, sizeof(int32_t) * (size_t)(K + ra), e));
+    TRY(check_ids(l, sel, K, NE, e));
+    TRY(check_ids(l + 1, sel + K, ra, NE, e));
     const uint64_t now = ++m->tick;
-    for (int t = 0; t < K + ra; t++)
-        if (sel[t] < 0 || sel[t] >= NE)
-            return err_setf(e, ERR_INTERNAL, "cuda_model: layer %d routed expert id %d (n_expert %d)", l + (t >= K),
-                            (int)sel[t], NE);
-    for (int t = 0; t < K; t++) {
-        const int32_t key = l * NE + sel[t];
-        int s = m->slot_of[key];
-        if (s >= 0) {
-            m->ast.hits++;
-            if (m->slot_pf[s]) { m->ast.prefetch_used++; m->slot_pf[s] = 0; }
-        } else {
-            s = arena_take(m, now);   /* >= 0: n_slots >= K */
-            m->slot_key[s] = key;
-            m->slot_of[key] = s;
-            m->ast.misses++;
-            miss[nm++] = sel[t];
-        }
-        lru_use(m, s, now);
-        slots[t] = s;
-    }
+    const int nm = arena_lookup(m, l, sel, K, now, slots, miss);
     /* the compute stream is idle (the download): this upload waits for nothing */
     TRY(cuda_upload(m->cu, m->slot_ids, slots, sizeof(int32_t) * (size_t)K, e));
-    int rc = 0;
-    if (m->host) rc = arena_copy_host(m, l, miss, nm, e);
-    else
-        for (int i = 0; i < nm && !rc; i++) rc = arena_copy_map(m, l, miss[i], m->slot_of[l * NE + miss[i]], e);
-    if (rc) {   /* the slots being filled hold nothing */
-        for (int i = 0; i < nm; i++) {
-            const int32_t key = l * NE + miss[i];
-            const int s = m->slot_of[key];
-            m->slot_of[key] = -1;
-            m->slot_key[s] = -1;
-            lru_drop(m, s);
-        }
-        return rc;
-    }
-    TRY(cuda_copy_fence(m->cu, e));
+    TRY(arena_fill(m, l, miss, nm, e));
     if (!ra) return 0;
     if (m->host) {   /* after this layer's kernels are enqueued: arena_prefetch_host */
         memcpy(m->pf_ids, sel + K, sizeof(int32_t) * (size_t)ra);
@@ -555,14 +605,11 @@ static int arena_resolve(cuda_model *m, int l, err *e)
         return 0;
     }
     for (int t = K; t < K + ra; t++) {
-        const int32_t key = (l + 1) * NE + sel[t];
-        if (m->slot_of[key] >= 0) continue;
-        const int s = arena_take(m, now);
+        if (m->slot_of[(l + 1) * NE + sel[t]] >= 0) continue;
+        const int s = arena_claim(m, l + 1, sel[t], now);
         if (s < 0) break;   /* every slot serves this layer */
-        if ((rc = arena_copy_map(m, l + 1, sel[t], s, e))) { lru_drop(m, s); return rc; }
-        m->slot_key[s] = key;
-        m->slot_of[key] = s;
-        lru_use(m, s, now);
+        const int rc = arena_copy_map(m, l + 1, sel[t], s, e);
+        if (rc) { arena_unclaim(m, l + 1, sel + t, 1); return rc; }
         m->slot_pf[s] = 1;
         m->ast.prefetched++;
     }
@@ -584,28 +631,16 @@ static void arena_prefetch_host(cuda_model *m, int l)
     int32_t xs[32];
     int np = 0;
     for (int t = 0; t < n; t++) {
-        const int32_t key = (l + 1) * NE + m->pf_ids[t];
-        if (m->slot_of[key] >= 0) continue;
-        const int s = arena_take(m, m->pf_tick);
+        if (m->slot_of[(l + 1) * NE + m->pf_ids[t]] >= 0) continue;
+        const int s = arena_claim(m, l + 1, m->pf_ids[t], m->pf_tick);
         if (s < 0) break;   /* every slot serves layer l */
-        m->slot_key[s] = key;
-        m->slot_of[key] = s;
-        lru_use(m, s, m->pf_tick);
         m->slot_pf[s] = 1;
         xs[np++] = m->pf_ids[t];
     }
     if (!np) return;
-    int32_t order[32];
-    memcpy(order, xs, sizeof(int32_t) * (size_t)np);   /* the host tier may reorder xs */
+    /* (the host tier may reorder xs: the same set) */
     if (arena_copy_host(m, l + 1, xs, np, NULL)) {
-        for (int i = 0; i < np; i++) {
-            const int32_t key = (l + 1) * NE + order[i];
-            const int s = m->slot_of[key];
-            m->slot_of[key] = -1;
-            m->slot_key[s] = -1;
-            lru_drop(m, s);
-            m->slot_pf[s] = 0;
-        }
+        arena_unclaim(m, l + 1, xs, np);
         return;
     }
     m->ast.prefetched += (uint64_t)np;
@@ -1148,49 +1183,10 @@ static int chunk_route(cuda_model *m, int l, int nr, err *e)
 {
     const int K = m->hp.n_expert_used, NE = m->hp.n_expert, nk = nr * K, NB = CUDA_MM_NB;
     TRY(cuda_download(m->cu, m->hsel, m->csel, sizeof(int32_t) * (size_t)nk, e));
-    for (int b = 0; b < nk; b++)
-        if (m->hsel[b] < 0 || m->hsel[b] >= NE)
-            return err_setf(e, ERR_INTERNAL, "cuda_model: layer %d routed expert id %d (n_expert %d)", l,
-                            (int)m->hsel[b], NE);
-    if (m->arena) {
-        const uint64_t now = ++m->tick;
-        int nm = 0;
-        for (int b = 0; b < nk; b++) {
-            const int32_t key = l * NE + m->hsel[b];
-            int s = m->slot_of[key];
-            if (s >= 0) {
-                if (m->slot_used[s] != now) {   /* the chunk's first lookup of this expert */
-                    m->ast.hits++;
-                    if (m->slot_pf[s]) { m->ast.prefetch_used++; m->slot_pf[s] = 0; }
-                    lru_use(m, s, now);
-                }
-            } else {
-                s = arena_take(m, now);   /* >= 0: nk <= n_slots */
-                m->slot_key[s] = key;
-                m->slot_of[key] = s;
-                m->ast.misses++;
-                m->hmiss[nm++] = m->hsel[b];
-                lru_use(m, s, now);
-            }
-            m->hslot[b] = s;
-        }
-        int rc = 0;
-        if (m->host) rc = arena_copy_host(m, l, m->hmiss, nm, e);
-        else
-            for (int i = 0; i < nm && !rc; i++)
-                rc = arena_copy_map(m, l, m->hmiss[i], m->slot_of[l * NE + m->hmiss[i]], e);
-        if (rc) {   /* the slots being filled hold nothing */
-            for (int i = 0; i < nm; i++) {
-                const int32_t key = l * NE + m->hmiss[i];
-                const int s = m->slot_of[key];
-                if (s < 0) continue;
-                m->slot_of[key] = -1;
-                m->slot_key[s] = -1;
-                lru_drop(m, s);
-            }
-            return rc;
-        }
-        TRY(cuda_copy_fence(m->cu, e));
+    TRY(check_ids(l, m->hsel, nk, NE, e));
+    if (m->arena) {   /* nk <= n_slots: every expert of the chunk fits at once */
+        const int nm = arena_lookup(m, l, m->hsel, nk, ++m->tick, m->hslot, m->hmiss);
+        TRY(arena_fill(m, l, m->hmiss, nm, e));
     } else {
         memcpy(m->hslot, m->hsel, sizeof(int32_t) * (size_t)nk);
     }
