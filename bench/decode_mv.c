@@ -74,6 +74,26 @@ static inline float old_hsum_f32_4(__m128 r)
     return _mm_cvtss_f32(r);
 }
 
+/* The Q4_K / Q5_K block's 6-bit scales and mins widened to int16 (scales
+ * low half, mins high half), and the mins dotted with the pairwise-added
+ * Q8_K bsums (*prod): the step both old dots share. */
+static inline __m256i old_mins_scales(const uint8_t scales[12], const int16_t bsums[16], __m128i *prod)
+{
+    uint32_t utmp[4];
+    const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+    memcpy(utmp, scales, 12);
+    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+    const uint32_t uaux = utmp[1] & kmask1;
+    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= kmask1;
+    const __m256i mins_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
+    const __m256i q8sums = _mm256_loadu_si256((const __m256i *)bsums);
+    const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
+    *prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), q8s);
+    return mins_scales;
+}
+
 static float old_dot_q4_K(int64_t n, const void *vw, const void *va)
 {
     const old_block_q4_K *x = vw;
@@ -84,18 +104,8 @@ static float old_dot_q4_K(int64_t n, const void *vw, const void *va)
     for (int64_t i = 0; i < n / 256; i++) {
         const float d = y[i].d * _cvtsh_ss(x[i].d);
         const float dmin = -y[i].d * _cvtsh_ss(x[i].dmin);
-        uint32_t utmp[4];
-        const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-        memcpy(utmp, x[i].scales, 12);
-        utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
-        const uint32_t uaux = utmp[1] & kmask1;
-        utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
-        utmp[2] = uaux;
-        utmp[0] &= kmask1;
-        const __m256i mins_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
-        const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
-        const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
-        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), q8s);
+        __m128i prod;
+        const __m256i mins_scales = old_mins_scales(x[i].scales, y[i].bsums, &prod);
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
         const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
         const __m256i scales = _mm256_setr_m128i(sc128, sc128);
@@ -134,18 +144,8 @@ static float old_dot_q5_K(int64_t n, const void *vw, const void *va)
     for (int64_t i = 0; i < n / 256; i++) {
         const float d = y[i].d * _cvtsh_ss(x[i].d);
         const float dmin = -y[i].d * _cvtsh_ss(x[i].dmin);
-        uint32_t utmp[4];
-        const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-        memcpy(utmp, x[i].scales, 12);
-        utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
-        const uint32_t uaux = utmp[1] & kmask1;
-        utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
-        utmp[2] = uaux;
-        utmp[0] &= kmask1;
-        const __m256i mins_scales = _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
-        const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
-        const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
-        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), q8s);
+        __m128i prod;
+        const __m256i mins_scales = old_mins_scales(x[i].scales, y[i].bsums, &prod);
         const __m128i hsum = _mm_hadd_epi32(_mm_hadd_epi32(prod, _mm_setzero_si128()), _mm_setzero_si128());
         summs = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(dmin), _mm_set_ss((float)_mm_cvtsi128_si32(hsum)), _mm_set_ss(summs)));
         const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
