@@ -42,7 +42,7 @@
  * the k experts of every layer, the head, one embedding row) times tok/s as
  * GB/s, and that as a fraction of the device's read bandwidth measured in
  * the same run (cuda_read_probe over a 4 GiB buffer, best of 5).
- * --bench-tiered [PATH]: the experts in host RAM behind GPU arenas of 10%,
+ * --bench-tiered [PATH [host]]: the experts in host RAM behind GPU arenas of 10%,
  * 25% and 50% (see bench_tiered). */
 #include <stdint.h>
 #include <stdio.h>
@@ -769,7 +769,8 @@ static int bench(const char *path)
  * misses from the file mapping (page-locked if it could be) with
  * read-ahead top-k, and at 10% also without read-ahead (A/B) and through a
  * host tier: an expert store holding every expert (warmed from the page
- * cache, page-locked), so each GPU miss is a host-tier hit. */
+ * cache, page-locked), so each GPU miss is a host-tier hit. A third
+ * argument "host" runs only the host-tier arms (A/B of host-tier changes). */
 static double h2d_probe(const void *host, size_t bytes, size_t piece, err *e)
 {
     cuda_ctx *cx = NULL;
@@ -858,7 +859,7 @@ static void tier_print(const char *what, double frac, const tier_run *r, double 
     fflush(stdout);
 }
 
-static int bench_tiered(const char *path)
+static int bench_tiered(const char *path, int host_only)
 {
     err e = {0};
     if (access(path, R_OK) != 0) {
@@ -905,7 +906,7 @@ static int bench_tiered(const char *path)
     const double ceil = h2d_piece;
 
     const double fr[3] = { 0.10, 0.25, 0.50 };
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3 && !host_only; i++) {
         tier_run r;
         cuda_model_opts ao = { .device = 0, .n_ctx = 256, .kv_f16 = 1, .arena_bytes = (uint64_t)(fr[i] * total),
                                .read_ahead = hp->n_expert_used };
@@ -979,7 +980,8 @@ int main(int argc, char **argv)
     cuda_close(probe);
     if (do_info) return 0;
     if (do_bench) return bench(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
-    if (do_tiered) return bench_tiered(argc > 2 ? argv[2] : "/tmp/strata-80b-a3b.gguf");
+    if (do_tiered)
+        return bench_tiered(argc > 2 ? argv[2] : "/tmp/strata-80b-a3b.gguf", argc > 3 && strcmp(argv[3], "host") == 0);
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     RUN(test_errors);
     RUN(test_model_q4k_mix);
