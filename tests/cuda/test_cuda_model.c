@@ -634,6 +634,19 @@ static int bench(const char *path)
         s_mode[mode] = (timer_ms() - t0) / 1e3;
     }
     if (!rc) cuda_model_set_matvec(g, 0);
+    /* programmatic dependent launch off (each kernel waits for the
+     * previous one to finish before it launches), same run; ids compared */
+    double s_nopdl = 0;
+    int pdl_same = 0;
+    if (!rc) {
+        cuda_model_set_pdl(g, 0);
+        rc = cuda_model_greedy(g, start, 1 + n_warm, n_tok, out2, &e);   /* capture + warm-up */
+        t0 = timer_ms();
+        if (!rc) rc = cuda_model_greedy(g, start, 1 + n_warm, n_tok, out2, &e);
+        s_nopdl = (timer_ms() - t0) / 1e3;
+        pdl_same = !rc && memcmp(out, out2, sizeof(int32_t) * (size_t)n_tok) == 0;
+        cuda_model_set_pdl(g, 1);
+    }
     /* prefill: 192 prompt rows in chunks (grouped matmuls) vs one graph
      * replay a row, the same run, logits compared */
     double pp_chunk = 0, pp_rows = 0;
@@ -686,6 +699,8 @@ static int bench(const char *path)
     printf("bench: greedy %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok, s, tps, 1e3 / tps);
     printf("bench: greedy with every matvec on the tile kernel: %.1f tok/s; on the direct kernel: %.1f tok/s "
            "(the default: %.1f)\n", n_tok / s_mode[1], n_tok / s_mode[2], tps);
+    printf("bench: greedy without programmatic dependent launch: %.1f tok/s (with: %.1f, %.2fx); ids %s\n",
+           n_tok / s_nopdl, tps, s_nopdl / s, pdl_same ? "identical" : "DIFFER");
     printf("bench: weight bytes per token %.1f MB (dense %.1f MB incl. head %.1f MB, %d experts x %d layers "
            "%.1f MB) -> %.0f GB/s\n", per_tok / 1e6, dense / 1e6, tbytes(&w->output) / 1e6, hp->n_expert_used,
            hp->n_layer, experts / 1e6, gbs);

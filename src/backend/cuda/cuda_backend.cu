@@ -40,6 +40,7 @@ extern "C" int cuda_open(cuda_ctx **out, int device, err *e)
     c->info.smem_per_block_optin = p.sharedMemPerBlockOptin;
     cudaRuntimeGetVersion(&c->info.runtime_version);
     cudaDriverGetVersion(&c->info.driver_version);
+    c->pdl = 1;   /* compute capability >= 9.0 (checked above) */
 
     int r = 0;
     if ((r = cuda_fail(e, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate")) ||
@@ -54,6 +55,8 @@ extern "C" int cuda_open(cuda_ctx **out, int device, err *e)
     *out = c;
     return 0;
 }
+
+extern "C" void cuda_set_pdl(cuda_ctx *c, int on) { c->pdl = on != 0; }
 
 extern "C" void cuda_close(cuda_ctx *c)
 {

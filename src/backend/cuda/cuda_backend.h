@@ -214,6 +214,13 @@ int  cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e);
  * benchmarks that compare the two on a whole model (test_cuda_model
  * --bench); results differ only in float summation order. */
 void cuda_matvec_force(cuda_ctx *c, int mode);
+/* Kernels launched as programmatic dependents of the stream's previous
+ * kernel (Hopper's PDL: a kernel's launch overlaps the previous one's
+ * tail; cuda_internal.h states the contract). On by default; off only for
+ * benchmarks that measure what it gives (test_cuda_model --bench).
+ * Results are identical either way. Graphs captured before a change keep
+ * the setting they were captured with. */
+void cuda_set_pdl(cuda_ctx *c, int on);
 
 /* cuda_matmul: the grouped form of cuda_matvec_batch for prompt chunks.
  * Item b multiplies matrix ids[b] (ids NULL: matrix 0) of the stack w

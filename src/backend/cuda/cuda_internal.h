@@ -29,6 +29,7 @@ struct cuda_ctx {
     cudaEvent_t  ev0, ev1;
     cudaEvent_t  ev_copy;    /* cuda_copy_fence: the copies so far */
     int          mv_force;   /* cuda_matvec_force: 0 by shape, 1 tile, 2 direct */
+    int          pdl;        /* cuda_set_pdl: kernels launched as programmatic dependents */
 };
 
 /* Record a failed CUDA call as ERR_INTERNAL ("what: cudaErrorX: text").
@@ -44,6 +45,50 @@ static inline int cuda_fail(err *e, cudaError_t rc, const char *what)
 static inline int cuda_launch_check(err *e, const char *what)
 {
     return cuda_fail(e, cudaGetLastError(), what);
+}
+
+/* ==== Programmatic dependent launch (Hopper) ====
+ * A kernel launched by cuda_launch (or launch_clustered) may begin while
+ * the kernel before it on the stream is still finishing: its CTAs are
+ * scheduled once every CTA of the previous grid has passed pdl_enter, so
+ * the launch latency and the previous grid's tail overlap. Contract for
+ * every kernel of this folder: pdl_enter() is its first statement, before
+ * any global memory access. griddepcontrol.wait returns once the previous
+ * grid has completed and its writes are visible (transitively: that grid
+ * itself waited for its predecessor before completing); launch_dependents
+ * then lets the next grid start launching. Launched the ordinary way (or
+ * after a copy or an event wait) both are no-ops. */
+__device__ __forceinline__ void pdl_enter()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Launch fn<<<grid, block, smem, c->stream>>>(args...) as a programmatic
+ * dependent of the stream's previous kernel when c->pdl, then check the
+ * launch (cuda_launch_check). */
+template <typename... KArgs, typename... Args>
+static inline int cuda_launch(cuda_ctx *c, void (*fn)(KArgs...), dim3 grid, dim3 block, size_t smem, err *e,
+                              const char *what, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    const cudaError_t rc = cudaLaunchKernelEx(&cfg, fn, ((KArgs)args)...);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        return cuda_fail(e, rc, what);
+    }
+    return cuda_launch_check(e, what);
 }
 
 /* Defined in cuda_matvec.cu: raise the dynamic shared-memory limit of the

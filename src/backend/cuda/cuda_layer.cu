@@ -101,13 +101,15 @@ static int launch_clustered(cuda_ctx *c, void (*fn)(KArgs...), unsigned gy, unsi
         cfg.gridDim = dim3((unsigned)cl, gy, gz);
         cfg.blockDim = dim3(threads, 1, 1);
         cfg.stream = c->stream;
-        cudaLaunchAttribute at[1];
+        cudaLaunchAttribute at[2];
         at[0].id = cudaLaunchAttributeClusterDimension;
         at[0].val.clusterDim.x = (unsigned)cl;
         at[0].val.clusterDim.y = 1;
         at[0].val.clusterDim.z = 1;
+        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;   /* cuda_launch's, when c->pdl */
+        at[1].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at;
-        cfg.numAttrs = 1;
+        cfg.numAttrs = c->pdl ? 2 : 1;
         const cudaError_t rc = cudaLaunchKernelEx(&cfg, fn, args...);
         if (rc == cudaSuccess) return cuda_launch_check(e, what);
         cudaGetLastError();
@@ -214,6 +216,7 @@ __global__ void __launch_bounds__(GR_THREADS)
 k_get_rows(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n_rows_w, int64_t n,
            const int32_t *__restrict__ ids, float *__restrict__ out, int32_t *bad)
 {
+    pdl_enter();
     const int r = blockIdx.y;
     const int32_t id = ids[r];
     const int ok = id >= 0 && (int64_t)id < n_rows_w;
@@ -240,7 +243,9 @@ extern "C" int cuda_get_rows(cuda_ctx *c, int wtype, const void *w, size_t row_b
     const dim3 grid((unsigned)(chunks > 1024 ? 1024 : chunks), (unsigned)rows);
     const uint8_t *wb = (const uint8_t *)w;
 #define GR_CASE(T) \
-    case T: k_get_rows<T><<<grid, GR_THREADS, 0, c->stream>>>(wb, row_bytes, n_rows_w, n, ids, out, bad); break;
+    case T:                                                                                                       \
+        return cuda_launch(c, k_get_rows<T>, grid, GR_THREADS, 0, e, "get_rows", wb, row_bytes, n_rows_w, n, ids, \
+                           out, bad);
     switch (wtype) {
     GR_CASE(QTYPE_F32) GR_CASE(QTYPE_F16) GR_CASE(QTYPE_BF16)
     GR_CASE(QTYPE_Q4_0) GR_CASE(QTYPE_Q4_1) GR_CASE(QTYPE_Q5_0) GR_CASE(QTYPE_Q5_1) GR_CASE(QTYPE_Q8_0)
@@ -249,7 +254,6 @@ extern "C" int cuda_get_rows(cuda_ctx *c, int wtype, const void *w, size_t row_b
         return err_setf(e, ERR_UNSUPPORTED, "cuda_get_rows: type %s has no device dequant", qtype_name(wtype));
     }
 #undef GR_CASE
-    return cuda_launch_check(e, "get_rows");
 }
 
 /* ==== RoPE (NeoX pairs), one CTA per row ====
@@ -264,6 +268,7 @@ __global__ void __launch_bounds__(RP_THREADS)
 k_rope(float *x, int n_head, int head_dim, int n_rot, const int32_t *__restrict__ pos, float theta_scale,
        float freq_scale)
 {
+    pdl_enter();
     __shared__ float cs[RP_MAXHALF], sn[RP_MAXHALF];
     const int half = n_rot / 2;
     float *xr = x + (size_t)blockIdx.x * n_head * head_dim;
@@ -287,6 +292,7 @@ k_qk_norm_rope_store(float *q, float *k, const float *__restrict__ v, const floa
                      const int32_t *__restrict__ pos, float theta_scale, float freq_scale, float eps, void *kc,
                      void *vc, int f16, size_t q_stride, size_t kv_stride)
 {
+    pdl_enter();
     __shared__ double part[RMS_THREADS / 32];
     __shared__ float cs[RP_MAXHALF], sn[RP_MAXHALF];
     /* row blockIdx.y of a chunk: its q, k, v rows and its position */
@@ -332,10 +338,9 @@ extern "C" int cuda_qk_norm_rope_store_rows(cuda_ctx *c, float *q, float *k, con
                         n_head, n_head_kv, head_dim, n_rot, rows);
     const float theta_scale = powf(freq_base, -2.0f / n_rot);   /* host libm, as cuda_rope_neox */
     const dim3 grid((unsigned)(n_head + 2 * n_head_kv), (unsigned)rows);
-    k_qk_norm_rope_store<<<grid, RMS_THREADS, 0, c->stream>>>(
-        q, k, v, q_norm, k_norm, n_head, n_head_kv, head_dim, n_rot, pos, theta_scale, freq_scale, eps, k_cache,
-        v_cache, f16, (size_t)n_head * head_dim, (size_t)n_head_kv * head_dim);
-    return cuda_launch_check(e, "qk_norm_rope_store");
+    return cuda_launch(c, k_qk_norm_rope_store, grid, RMS_THREADS, 0, e, "qk_norm_rope_store", q, k, v, q_norm,
+                       k_norm, n_head, n_head_kv, head_dim, n_rot, pos, theta_scale, freq_scale, eps, k_cache, v_cache,
+                       f16, (size_t)n_head * head_dim, (size_t)n_head_kv * head_dim);
 }
 
 extern "C" int cuda_qk_norm_rope_store(cuda_ctx *c, float *q, float *k, const float *v, const float *q_norm,
@@ -355,14 +360,15 @@ extern "C" int cuda_rope_neox(cuda_ctx *c, float *x, int rows, int n_head, int h
         return err_setf(e, ERR_USAGE, "cuda_rope_neox: rows=%d n_head=%d head_dim=%d n_rot=%d", rows, n_head,
                         head_dim, n_rot);
     const float theta_scale = powf(freq_base, -2.0f / n_rot);   /* host libm: ops_rope_cache's value */
-    k_rope<<<rows, RP_THREADS, 0, c->stream>>>(x, n_head, head_dim, n_rot, pos, theta_scale, freq_scale);
-    return cuda_launch_check(e, "rope_neox");
+    return cuda_launch(c, k_rope, rows, RP_THREADS, 0, e, "rope_neox", x, n_head, head_dim, n_rot, pos, theta_scale,
+                       freq_scale);
 }
 
 /* ==== KV store ==== */
 __global__ void k_kv_store(void *cache, int f16, const float *__restrict__ src, int64_t total, int64_t kvd,
                            const int32_t *__restrict__ pos)
 {
+    pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     const size_t o = (size_t)pos[0] * (size_t)kvd + (size_t)i;
@@ -375,8 +381,8 @@ extern "C" int cuda_kv_store(cuda_ctx *c, void *cache, int f16, const float *src
 {
     if (rows <= 0 || kvd <= 0) return err_setf(e, ERR_USAGE, "cuda_kv_store: rows=%d kvd=%lld", rows, (long long)kvd);
     const int64_t total = (int64_t)rows * kvd;
-    k_kv_store<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>(cache, f16, src, total, kvd, pos);
-    return cuda_launch_check(e, "kv_store");
+    return cuda_launch(c, k_kv_store, (unsigned)((total + 255) / 256), 256, 0, e, "kv_store", cache, f16, src, total,
+                       kvd, pos);
 }
 
 /* ==== Decode attention ====
@@ -462,6 +468,7 @@ __global__ void __launch_bounds__(AT_THREADS)
 k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const void *__restrict__ kc, int kf16,
        const void *__restrict__ vc, int vf16, const int32_t *__restrict__ pos, float scale)
 {
+    pdl_enter();
     constexpr int DM = DT ? DT : AT_DMAX;
     constexpr int UM = DM / 32;   /* dims per lane (most) */
     __shared__ __align__(16) float sq[GB * DM];
@@ -709,6 +716,7 @@ extern "C" int cuda_attention_rows(cuda_ctx *c, float *out, const float *q, int 
 __global__ void k_moe_combine(float *x, const float *__restrict__ eout, const float *__restrict__ wts, int k,
                               int64_t n, int64_t total)
 {
+    pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     const int64_t r = i / n, c = i - r * n;
@@ -725,13 +733,14 @@ extern "C" int cuda_moe_combine(cuda_ctx *c, float *x, const float *eout, const 
     if (rows <= 0 || k <= 0 || n <= 0)
         return err_setf(e, ERR_USAGE, "cuda_moe_combine: rows=%d k=%d n=%lld", rows, k, (long long)n);
     const int64_t total = (int64_t)rows * n;
-    k_moe_combine<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>(x, eout, wts, k, n, total);
-    return cuda_launch_check(e, "moe_combine");
+    return cuda_launch(c, k_moe_combine, (unsigned)((total + 255) / 256), 256, 0, e, "moe_combine", x, eout, wts, k,
+                       n, total);
 }
 
 /* ==== y = a + b ==== */
 __global__ void k_add(float *y, const float *a, const float *b, int64_t n)
 {
+    pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = __fadd_rn(a[i], b[i]);
 }
@@ -739,8 +748,7 @@ __global__ void k_add(float *y, const float *a, const float *b, int64_t n)
 extern "C" int cuda_add(cuda_ctx *c, float *y, const float *a, const float *b, int64_t n, err *e)
 {
     if (n <= 0) return err_setf(e, ERR_USAGE, "cuda_add: n=%lld", (long long)n);
-    k_add<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>(y, a, b, n);
-    return cuda_launch_check(e, "add");
+    return cuda_launch(c, k_add, (unsigned)((n + 255) / 256), 256, 0, e, "add", y, a, b, n);
 }
 
 /* ==== Greedy argmax: a cluster per row ====
@@ -759,6 +767,7 @@ __device__ __forceinline__ void am_better(float &bv, int &bi, float v, int i)
 __global__ void __launch_bounds__(AM_THREADS)
 k_argmax(int32_t *out, const float *__restrict__ x, int64_t n)
 {
+    pdl_enter();
     __shared__ float wv[AM_THREADS / 32];
     __shared__ int wi[AM_THREADS / 32];
     __shared__ float cv;

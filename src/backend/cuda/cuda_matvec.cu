@@ -94,6 +94,7 @@ template <int SWI>
 __global__ void k_quant_q8_K(const float *__restrict__ x, const float *__restrict__ u, uint8_t *__restrict__ out,
                              int64_t nblocks)
 {
+    pdl_enter();
     const int64_t gb = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (gb < nblocks) quant_q8_K_warp<SWI>(x, u, out, gb);
 }
@@ -139,6 +140,7 @@ template <int Q81, int SWI>
 __global__ void k_quant_q8_0(const float *__restrict__ x, const float *__restrict__ u, uint8_t *__restrict__ out,
                              int64_t nblocks)
 {
+    pdl_enter();
     const int64_t gb = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (gb < nblocks) quant_q8_0_warp<Q81, SWI>(x, u, out, gb);
 }
@@ -151,6 +153,7 @@ template <int DT>
 __global__ void __launch_bounds__(RMS_THREADS)
 k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__ w, int n, float eps)
 {
+    pdl_enter();
     __shared__ double part[RMS_THREADS / 32];
     rms_row(y, x, w, n, eps, part);
     __syncthreads();
@@ -168,6 +171,7 @@ k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__
 template <int BF>
 __global__ void k_quant_half(const float *__restrict__ x, uint16_t *__restrict__ out, int64_t n)
 {
+    pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = BF ? qd_f2bf(x[i]) : qd_f2h(x[i]);
 }
@@ -175,19 +179,23 @@ __global__ void k_quant_half(const float *__restrict__ x, uint16_t *__restrict__
 /* The block quantizers by dot type (8 warps, one block each, a CTA);
  * SWI: the input is swiglu1(x, u) instead of x. */
 template <int SWI>
-static void launch_quant(cuda_ctx *c, int wtype, const float *x, const float *u, uint8_t *xq, int64_t n, int rows)
+static int launch_quant(cuda_ctx *c, int wtype, const float *x, const float *u, uint8_t *xq, int64_t n, int rows,
+                        err *e)
 {
     const int wpb = 8;
+    const char *what = SWI ? "act quant swiglu" : "act quant";
     if (wtype == QTYPE_Q8_0 || wtype == QTYPE_Q4_0 || wtype == QTYPE_Q5_0) {
         const int64_t nb = n / CQK8_0 * rows;
-        k_quant_q8_0<0, SWI><<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, u, xq, nb);
-    } else if (wtype == QTYPE_Q4_1 || wtype == QTYPE_Q5_1) {
-        const int64_t nb = n / CQK8_0 * rows;
-        k_quant_q8_0<1, SWI><<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, u, xq, nb);
-    } else {
-        const int64_t nb = n / CQK_K * rows;
-        k_quant_q8_K<SWI><<<(unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, c->stream>>>(x, u, xq, nb);
+        return cuda_launch(c, k_quant_q8_0<0, SWI>, (unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, e, what, x, u, xq,
+                           nb);
     }
+    if (wtype == QTYPE_Q4_1 || wtype == QTYPE_Q5_1) {
+        const int64_t nb = n / CQK8_0 * rows;
+        return cuda_launch(c, k_quant_q8_0<1, SWI>, (unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, e, what, x, u, xq,
+                           nb);
+    }
+    const int64_t nb = n / CQK_K * rows;
+    return cuda_launch(c, k_quant_q8_K<SWI>, (unsigned)((nb + wpb - 1) / wpb), 32 * wpb, 0, e, what, x, u, xq, nb);
 }
 
 extern "C" size_t cuda_act_bytes(int wtype, int64_t n)
@@ -222,12 +230,10 @@ extern "C" int cuda_act_quant(cuda_ctx *c, int wtype, const float *x, void *xq, 
     if (wtype == QTYPE_F16 || wtype == QTYPE_BF16) {
         const int64_t nn = n * rows, nblk = (nn + 255) / 256;
         const unsigned grid = (unsigned)(nblk < 65536 ? nblk : 65536);
-        if (wtype == QTYPE_F16) k_quant_half<0><<<grid, 256, 0, c->stream>>>(x, (uint16_t *)xq, nn);
-        else k_quant_half<1><<<grid, 256, 0, c->stream>>>(x, (uint16_t *)xq, nn);
-    } else {
-        launch_quant<0>(c, wtype, x, NULL, (uint8_t *)xq, n, rows);
+        return cuda_launch(c, wtype == QTYPE_F16 ? k_quant_half<0> : k_quant_half<1>, grid, 256, 0, e, "act quant", x,
+                           (uint16_t *)xq, nn);
     }
-    return cuda_launch_check(e, "act quant");
+    return launch_quant<0>(c, wtype, x, NULL, (uint8_t *)xq, n, rows, e);
 }
 
 extern "C" int cuda_rmsnorm_quant(cuda_ctx *c, int wtype, float *y, void *xq, const float *x, const float *w,
@@ -236,10 +242,8 @@ extern "C" int cuda_rmsnorm_quant(cuda_ctx *c, int wtype, float *y, void *xq, co
     if (!cuda_act_bytes(wtype, n) || wtype == QTYPE_F32 || wtype == QTYPE_F16 || wtype == QTYPE_BF16)
         return err_setf(e, ERR_UNSUPPORTED, "cuda_rmsnorm_quant: weight type %s with n=%d", qtype_name(wtype), n);
     const int dot = qtype_get(wtype)->dot_type;
-    if (dot == QTYPE_Q8_K) k_rmsnorm_quant<2><<<1, RMS_THREADS, 0, c->stream>>>(y, (uint8_t *)xq, x, w, n, eps);
-    else if (dot == QTYPE_Q8_1) k_rmsnorm_quant<1><<<1, RMS_THREADS, 0, c->stream>>>(y, (uint8_t *)xq, x, w, n, eps);
-    else k_rmsnorm_quant<0><<<1, RMS_THREADS, 0, c->stream>>>(y, (uint8_t *)xq, x, w, n, eps);
-    return cuda_launch_check(e, "rmsnorm quant");
+    return cuda_launch(c, dot == QTYPE_Q8_K ? k_rmsnorm_quant<2> : dot == QTYPE_Q8_1 ? k_rmsnorm_quant<1> : k_rmsnorm_quant<0>,
+                       1, RMS_THREADS, 0, e, "rmsnorm quant", y, (uint8_t *)xq, x, w, n, eps);
 }
 
 extern "C" int cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g, const float *u, void *xq, int64_t n,
@@ -248,8 +252,7 @@ extern "C" int cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g, con
     if (!cuda_act_bytes(wtype, n) || rows <= 0 || wtype == QTYPE_F32 || wtype == QTYPE_F16 || wtype == QTYPE_BF16)
         return err_setf(e, ERR_UNSUPPORTED, "cuda_act_quant_swiglu: weight type %s with n=%lld rows=%d",
                         qtype_name(wtype), (long long)n, rows);
-    launch_quant<1>(c, wtype, g, u, (uint8_t *)xq, n, rows);
-    return cuda_launch_check(e, "act quant swiglu");
+    return launch_quant<1>(c, wtype, g, u, (uint8_t *)xq, n, rows, e);
 }
 
 /* ==== Matvec ==== */
@@ -415,6 +418,7 @@ __global__ void __launch_bounds__(32 * MV_WARPS)
 k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k, int R,
          const uint8_t *__restrict__ xq, size_t x_stride, float *y, size_t y_stride, mv_ext ex)
 {
+    pdl_enter();
     typedef mv_traits<QT> T;
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ float red[MV_WARPS];
@@ -551,6 +555,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
                 int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, float *y, size_t y_stride,
                 mv_ext ex)
 {
+    pdl_enter();
     typedef mv_traits<QT> T;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nb = k / T::BE, rb = nb * T::BB, nit = nb * T::IPB;
@@ -606,6 +611,7 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
                 int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, const int32_t *__restrict__ xrow,
                 const int64_t *__restrict__ yoff, float *y, int act_al)
 {
+    pdl_enter();
     typedef mv_traits<QT> T;
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ const int8_t *s_xs[CUDA_MM_NB];
@@ -724,9 +730,8 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
         int lg_s, R;
         mvd_geometry(c, nit, rows, rb, nbat, &lg_s, &R);
         const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
-        k_matvec_direct<QT><<<grid, 32 * MVD_WARPS, act, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, lg_s, xq,
-                                                                      a->x_stride, a->y, a->y_stride, ex);
-        return cuda_launch_check(e, "matvec");
+        return cuda_launch(c, k_matvec_direct<QT>, grid, 32 * MVD_WARPS, act, e, "matvec", w, a->w_stride, a->ids, rows,
+                           k, R, lg_s, xq, a->x_stride, a->y, a->y_stride, ex);
     }
     /* R: tiles <= 32 KB (or down to 1 row when even 4 rows exceed 64 KB);
      * halved while the grid would not fill the GPU twice (down to 4 rows),
@@ -743,9 +748,8 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
         return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large for one tile (%zu bytes of shared memory)", k,
                         smem);
     const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
-    k_matvec<QT><<<grid, 32 * MV_WARPS, smem, c->stream>>>(w, a->w_stride, a->ids, rows, k, R, xq, a->x_stride, a->y,
-                                                           a->y_stride, ex);
-    return cuda_launch_check(e, "matvec");
+    return cuda_launch(c, k_matvec<QT>, grid, 32 * MV_WARPS, smem, e, "matvec", w, a->w_stride, a->ids, rows, k, R, xq,
+                       a->x_stride, a->y, a->y_stride, ex);
 }
 
 template <int QT>
@@ -765,10 +769,9 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     int lg_s, R;
     mvd_geometry(c, nit, rows, rb, a->n_items, &lg_s, &R);
     const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_items);
-    k_matmul_direct<QT><<<grid, 32 * MVD_WARPS, smem, c->stream>>>((const uint8_t *)a->w, a->w_stride, a->ids, rows, k,
-                                                                   R, lg_s, (const uint8_t *)a->xq, a->x_stride,
-                                                                   a->xrow, a->yoff, a->y, act_al);
-    return cuda_launch_check(e, "matmul");
+    return cuda_launch(c, k_matmul_direct<QT>, grid, 32 * MVD_WARPS, smem, e, "matmul", (const uint8_t *)a->w,
+                       a->w_stride, a->ids, rows, k, R, lg_s, (const uint8_t *)a->xq, a->x_stride, a->xrow, a->yoff,
+                       a->y, act_al);
 }
 
 extern "C" int cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e)

@@ -847,15 +847,23 @@ fail:
     return rc;
 }
 
+/* The captured graphs freed (at close, or when a launch setting changes:
+ * recaptured at next use). */
+static void drop_graphs(cuda_model *m)
+{
+    cuda_graph_free(m->graph);
+    cuda_graph_free(m->graph_row);
+    cuda_graph_free(m->graph_head);
+    m->graph = m->graph_row = m->graph_head = NULL;
+}
+
 void cuda_model_close(cuda_model *m)
 {
     if (!m) return;
     if (m->cu) {
         cuda_sync(m->cu, NULL);
         cuda_copy_wait(m->cu, NULL);   /* no copy still writes the arena or reads pinned memory */
-        cuda_graph_free(m->graph);
-        cuda_graph_free(m->graph_row);
-        cuda_graph_free(m->graph_head);
+        drop_graphs(m);
         cuda_free(m->cu, m->spool);
         cuda_free(m->cu, m->kvpool);
         cuda_free(m->cu, m->wpool);
@@ -1439,10 +1447,14 @@ void cuda_model_set_matvec(cuda_model *m, int mode)
 {
     cuda_sync(m->cu, NULL);
     cuda_matvec_force(m->cu, mode);
-    cuda_graph_free(m->graph);
-    cuda_graph_free(m->graph_row);
-    cuda_graph_free(m->graph_head);
-    m->graph = m->graph_row = m->graph_head = NULL;
+    drop_graphs(m);
+}
+
+void cuda_model_set_pdl(cuda_model *m, int on)
+{
+    cuda_sync(m->cu, NULL);
+    cuda_set_pdl(m->cu, on);
+    drop_graphs(m);
 }
 
 int cuda_model_layer_outputs(cuda_model *m, float *out, err *e)

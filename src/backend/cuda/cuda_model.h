@@ -131,6 +131,9 @@ void cuda_model_set_chunk(cuda_model *m, int rows);
  * direct) for a benchmark; drops the captured graphs (recaptured at next
  * use with the new choice). */
 void cuda_model_set_matvec(cuda_model *m, int mode);
+/* Programmatic dependent launch on (the default) or off (cuda_set_pdl),
+ * for a benchmark's A/B; drops the captured graphs likewise. */
+void cuda_model_set_pdl(cuda_model *m, int on);
 
 /* The residual stream after each layer for the last row of the latest
  * cuda_model_eval: out[l * n_embd + i], n_layer rows (for per-layer NMSE

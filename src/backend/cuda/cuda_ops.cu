@@ -14,6 +14,7 @@
 __global__ void __launch_bounds__(RMS_THREADS)
 k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int n, float eps)
 {
+    pdl_enter();
     __shared__ double part[RMS_THREADS / 32];
     rms_row(y + (size_t)blockIdx.x * n, x + (size_t)blockIdx.x * n, w, n, eps, part);
 }
@@ -21,13 +22,13 @@ k_rmsnorm(float *y, const float *x, const float *__restrict__ w, int n, float ep
 extern "C" int cuda_rmsnorm(cuda_ctx *c, float *y, const float *x, const float *w, int n, int rows, float eps, err *e)
 {
     if (n <= 0 || rows <= 0) return err_setf(e, ERR_USAGE, "cuda_rmsnorm: n=%d rows=%d", n, rows);
-    k_rmsnorm<<<rows, RMS_THREADS, 0, c->stream>>>(y, x, w, n, eps);
-    return cuda_launch_check(e, "rmsnorm");
+    return cuda_launch(c, k_rmsnorm, rows, RMS_THREADS, 0, e, "rmsnorm", y, x, w, n, eps);
 }
 
 /* ==== SwiGLU: h = silu(g) * u, silu(v) = v / (1 + expf(-v)) ==== */
 __global__ void k_swiglu(float *h, const float *g, const float *u, int64_t n)
 {
+    pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     h[i] = swiglu1(g[i], u[i]);
@@ -36,8 +37,7 @@ __global__ void k_swiglu(float *h, const float *g, const float *u, int64_t n)
 extern "C" int cuda_swiglu(cuda_ctx *c, float *h, const float *g, const float *u, int64_t n, err *e)
 {
     if (n <= 0) return err_setf(e, ERR_USAGE, "cuda_swiglu: n=%lld", (long long)n);
-    k_swiglu<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>(h, g, u, n);
-    return cuda_launch_check(e, "swiglu");
+    return cuda_launch(c, k_swiglu, (unsigned)((n + 255) / 256), 256, 0, e, "swiglu", h, g, u, n);
 }
 
 /* ==== Router: softmax, top-k, renormalised weights; one warp per row ====
@@ -49,6 +49,7 @@ extern "C" int cuda_swiglu(cuda_ctx *c, float *h, const float *g, const float *u
 __global__ void __launch_bounds__(32 * RT_WARPS)
 k_router(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids, float *wout)
 {
+    pdl_enter();
     __shared__ float ps[RT_WARPS][RT_MAXN];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * RT_WARPS + warp;
@@ -112,6 +113,6 @@ extern "C" int cuda_router_topk(cuda_ctx *c, const float *logits, int n, int k, 
     if (n <= 0 || n > RT_MAXN || k < 1 || k > 32 || k > n || rows <= 0)
         return err_setf(e, ERR_USAGE, "cuda_router_topk: n_expert=%d k=%d rows=%d (n_expert <= %d, k <= 32)", n, k,
                         rows, RT_MAXN);
-    k_router<<<(rows + RT_WARPS - 1) / RT_WARPS, 32 * RT_WARPS, 0, c->stream>>>(logits, n, k, rows, ids, w);
-    return cuda_launch_check(e, "router");
+    return cuda_launch(c, k_router, (rows + RT_WARPS - 1) / RT_WARPS, 32 * RT_WARPS, 0, e, "router", logits, n, k,
+                       rows, ids, w);
 }

@@ -4,6 +4,7 @@
 
 __global__ void k_step_advance(int32_t *tok_slot, int32_t *pos_slot, int32_t *tok_hist)
 {
+    pdl_enter();
     const int32_t p = *pos_slot;
     tok_hist[p + 1] = *tok_slot;
     *pos_slot = p + 1;
@@ -11,12 +12,12 @@ __global__ void k_step_advance(int32_t *tok_slot, int32_t *pos_slot, int32_t *to
 
 extern "C" int cuda_step_advance(cuda_ctx *c, int32_t *tok_slot, int32_t *pos_slot, int32_t *tok_hist, err *e)
 {
-    k_step_advance<<<1, 1, 0, c->stream>>>(tok_slot, pos_slot, tok_hist);
-    return cuda_launch_check(e, "step advance");
+    return cuda_launch(c, k_step_advance, 1, 1, 0, e, "step advance", tok_slot, pos_slot, tok_hist);
 }
 
 __global__ void k_step_next(int32_t *tok_slot, int32_t *pos_slot, const int32_t *tok_hist)
 {
+    pdl_enter();
     const int32_t p = *pos_slot + 1;
     *pos_slot = p;
     *tok_slot = tok_hist[p];
@@ -24,6 +25,5 @@ __global__ void k_step_next(int32_t *tok_slot, int32_t *pos_slot, const int32_t 
 
 extern "C" int cuda_step_next(cuda_ctx *c, int32_t *tok_slot, int32_t *pos_slot, const int32_t *tok_hist, err *e)
 {
-    k_step_next<<<1, 1, 0, c->stream>>>(tok_slot, pos_slot, tok_hist);
-    return cuda_launch_check(e, "step next");
+    return cuda_launch(c, k_step_next, 1, 1, 0, e, "step next", tok_slot, pos_slot, tok_hist);
 }
