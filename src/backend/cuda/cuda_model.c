@@ -184,6 +184,7 @@ struct cuda_model {
     int32_t   pf_ids[32];    /* host tier: layer l + 1's predicted experts, waiting for */
     int       pf_n;          /* arena_prefetch_host after layer l's kernels */
     uint64_t  pf_tick;       /* layer l's tick */
+    int       host_open;     /* layer of the host tier's wave still open (copies in flight), or -1 */
     cuda_arena_stats ast;
 };
 
@@ -518,12 +519,26 @@ static int arena_copy_map(cuda_model *m, int l, int x, int s, err *e)
     return 0;
 }
 
+/* The host tier's wave left open by arena_copy_host: wait for the copies
+ * out of its slots, then end it (the store may reuse the slots after). */
+static int host_flush(cuda_model *m, err *e)
+{
+    if (m->host_open < 0) return 0;
+    const int rw = cuda_copy_wait(m->cu, e);
+    expert_src_end_layer(m->host, m->host_open);
+    m->host_open = -1;
+    return rw;
+}
+
 /* The misses xs[0..n) of layer l (each already given its slot in
  * m->slot_of) through the host tier: begin (it may take them in waves and
- * reorders each wave), wait, copy each from get(), wait for the copies,
- * end. */
+ * reorders each wave), wait, copy each from get(); a wave before the last
+ * waits for its copies and ends; the last stays open (m->host_open) until
+ * the next use of the store or the end of the call (host_flush), so the
+ * host goes on enqueueing while the copies run. */
 static int arena_copy_host(cuda_model *m, int l, int32_t *xs, int n, err *e)
 {
+    TRY(host_flush(m, e));
     const int NE = m->hp.n_expert;
     const dlayer *dl = &m->layers[l];
     uint8_t *dst[3] = { (uint8_t *)dl->gate_exps.d, (uint8_t *)dl->up_exps.d, (uint8_t *)dl->down_exps.d };
@@ -548,6 +563,10 @@ static int arena_copy_host(cuda_model *m, int l, int32_t *xs, int n, err *e)
             if (!rc) m->ast.bytes_h2d += xb[0] + xb[1] + xb[2];
         }
         /* the host slots stay pinned until the copies out of them are done */
+        if (!rc && done + k == n) {   /* the last wave: left open */
+            m->host_open = l;
+            return 0;
+        }
         const int rw = cuda_copy_wait(m->cu, rc ? NULL : e);
         expert_src_end_layer(m->host, l);
         if (rc) return rc;
@@ -795,6 +814,7 @@ int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const
     m->n_ctx = o->n_ctx;
     m->kv_f16 = o->kv_f16 != 0;
     m->use_graph = 1;
+    m->host_open = -1;
     int rc = 0;
     int32_t *pos = NULL;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
@@ -862,6 +882,7 @@ void cuda_model_close(cuda_model *m)
     if (!m) return;
     if (m->cu) {
         cuda_sync(m->cu, NULL);
+        host_flush(m, NULL);
         cuda_copy_wait(m->cu, NULL);   /* no copy still writes the arena or reads pinned memory */
         drop_graphs(m);
         cuda_free(m->cu, m->spool);
@@ -1384,6 +1405,7 @@ int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *l
         }
         m->have_layer_out = m->record;
     }
+    TRY(host_flush(m, e));
     if (logits) TRY(cuda_download(m->cu, logits, m->logits, sizeof(float) * (size_t)m->hp.n_vocab, e));
     else TRY(cuda_sync(m->cu, e));
     return 0;
@@ -1434,6 +1456,7 @@ int cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32
             TRY(cuda_argmax(m->cu, m->tok + p + 1, m->logits, 1, m->hp.n_vocab, e));
         }
     }
+    TRY(host_flush(m, e));
     return cuda_download(m->cu, out_ids, m->tok + pos0 + 1, sizeof(int32_t) * (size_t)n_steps, e);
 }
 
