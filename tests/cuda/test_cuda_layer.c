@@ -587,6 +587,20 @@ static void bench(void)
             printf("bench: attention 32/4 heads d=128 %s pos %5d: %7.2f us (%.0f GB/s of K+V)\n", f16 ? "f16" : "f32",
                    ps[i], ms * 1e3, bytes / (ms * 1e-3) / 1e9);
         }
+    /* the cluster size: capped at 1, 2, 4, 8 against the default */
+    static const int pc[] = { 0, 150, 2999 };
+    for (size_t i = 0; i < sizeof pc / sizeof pc[0]; i++) {
+        a.f16 = 1;
+        cuda_upload(g_cu, a.pos, &pc[i], sizeof(int32_t), &e);
+        printf("bench: attention f16 pos %5d by cluster cap:", pc[i]);
+        for (int cap = 1; cap <= 16; cap *= 2) {
+            cuda_attention_force_cluster(g_cu, cap == 16 ? 0 : cap);
+            printf(" %s %.2f us", cap == 16 ? "default" : cap == 1 ? "1" : cap == 2 ? "2" : cap == 4 ? "4" : "8",
+                   time_ms(run_attn, &a, 50) * 1e3);
+        }
+        printf("\n");
+    }
+    cuda_attention_force_cluster(g_cu, 0);
     am_bench am = { a.pos, a.k, 151936 };
     printf("bench: argmax 151936: %.2f us\n", time_ms(run_argmax, &am, 100) * 1e3);
     int32_t *ids = dev_alloc(sizeof(int32_t));

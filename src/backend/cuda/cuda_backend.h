@@ -154,7 +154,9 @@ int  cuda_act_quant(cuda_ctx *c, int wtype, const float *x_dev, void *xq_dev, in
  * ERR_UNSUPPORTED (the caller runs cuda_swiglu, then cuda_act_quant). */
 /* cuda_rmsnorm_quant: cuda_rmsnorm of one row of n floats into y (y may
  * alias x), then cuda_act_quant of y, in one launch, bit for bit the two
- * calls. Quantized dot types only (else ERR_UNSUPPORTED). */
+ * calls. Quantized dot types and n <= CUDA_RMSQ_MAXN only (else
+ * ERR_UNSUPPORTED: the row is staged in shared memory). */
+#define CUDA_RMSQ_MAXN 8192
 int  cuda_rmsnorm_quant(cuda_ctx *c, int wtype, float *y_dev, void *xq_dev, const float *x_dev, const float *w_dev,
                         int n, float eps, err *e);
 int  cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g_dev, const float *u_dev, void *xq_dev, int64_t n,
@@ -340,6 +342,10 @@ int  cuda_qk_norm_rope_store(cuda_ctx *c, float *q_dev, float *k_dev, const floa
                              const float *k_norm_dev, int n_head, int n_head_kv, int head_dim, int n_rot,
                              const int32_t *pos_dev, float freq_base, float freq_scale, float eps, void *k_cache_dev,
                              void *v_cache_dev, int f16, err *e);
+/* Caps the attention kernels' cluster size (0: the largest the device
+ * allows, the default) for benchmarks comparing sizes; results differ only
+ * in the merge's summation order. */
+void cuda_attention_force_cluster(cuda_ctx *c, int n);
 int  cuda_attention_decode(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
                            int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,
                            const int32_t *pos_dev, float scale, err *e);
@@ -361,6 +367,7 @@ int  cuda_attention_rows(cuda_ctx *c, float *out_dev, const float *q_dev, int n_
 int  cuda_moe_combine(cuda_ctx *c, float *x_dev, const float *eout_dev, const float *weights_dev, int rows, int k,
                       int64_t n, err *e);
 int  cuda_add(cuda_ctx *c, float *y_dev, const float *a_dev, const float *b_dev, int64_t n, err *e);
+
 int  cuda_argmax(cuda_ctx *c, int32_t *out_dev, const float *x_dev, int rows, int64_t n, err *e);
 
 /* ==== Decode step bookkeeping (cuda_step.cu) ====

@@ -30,6 +30,7 @@ struct cuda_ctx {
     cudaEvent_t  ev_copy;    /* cuda_copy_fence: the copies so far */
     int          mv_force;   /* cuda_matvec_force: 0 by shape, 1 tile, 2 direct */
     int          pdl;        /* cuda_set_pdl: kernels launched as programmatic dependents */
+    int          at_cluster; /* cuda_attention_force_cluster: cap on the attention's cluster, 0 none */
 };
 
 /* Record a failed CUDA call as ERR_INTERNAL ("what: cudaErrorX: text").

@@ -89,13 +89,15 @@ static void cluster_forget_to_one(const void *fn, int device)
 }
 
 /* Launch fn on grid (cl, gy, gz) in clusters of (cl, 1, 1): the CTAs of a
- * cluster are blockIdx.x = 0..cl-1 of one (y, z). */
+ * cluster are blockIdx.x = 0..cl-1 of one (y, z); cl is the largest size
+ * the device allows (at most CL_MAX), capped at cap when cap > 0. */
 template <typename... KArgs, typename... Args>
-static int launch_clustered(cuda_ctx *c, void (*fn)(KArgs...), unsigned gy, unsigned gz, unsigned threads,
+static int launch_clustered(cuda_ctx *c, void (*fn)(KArgs...), unsigned gy, unsigned gz, unsigned threads, int cap,
                             err *e, const char *what, Args... args)
 {
     const void *key = (const void *)fn;
     int cl = cluster_size(key, c->info.device, threads);
+    if (cap > 0 && cap < cl) cl = cap;
     for (;;) {
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3((unsigned)cl, gy, gz);
@@ -628,21 +630,37 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     }
 
     /* merge the cluster's CTAs (in rank order); CTA `rank` writes the
-     * outputs e = rank*256 + tid, + ncl*256, ... */
+     * outputs e = rank*256 + tid, + ncl*256, ... Every rank's (M, L) is
+     * first copied here by parallel threads, and an output's ncl remote
+     * accumulators are loaded before they are summed: distributed shared
+     * memory loads are a round trip each, so they are issued together
+     * rather than one after another (the sums are the same, in rank
+     * order). */
+    __shared__ float rM[CL_MAX][GB], rL[CL_MAX][GB];
     cl.sync();
+    for (int t = tid; t < ncl * GB; t += AT_THREADS) {
+        const int r = t / GB, g = t - r * GB;
+        rM[r][g] = cl.map_shared_rank(sM, r)[g];
+        rL[r][g] = cl.map_shared_rank(sL, r)[g];
+    }
+    __syncthreads();
     const int tot = GB * D;
     float *orow = out + (size_t)row * n_head * D + (size_t)h0 * D;
     for (int t = rank * AT_THREADS + tid; t < tot; t += ncl * AT_THREADS) {
         const int g = t / D, d = t - g * D;
+        float ra[CL_MAX];
+#pragma unroll
+        for (int r = 0; r < CL_MAX; r++)
+            ra[r] = r < ncl && rM[r][g] != -INFINITY ? cl.map_shared_rank(sacc, r)[g * DM + d] : 0.0f;
         float M = -INFINITY;
-        for (int r = 0; r < ncl; r++) M = fmaxf(M, cl.map_shared_rank(sM, r)[g]);
+        for (int r = 0; r < ncl; r++) M = fmaxf(M, rM[r][g]);
         float num = 0.0f, den = 0.0f;
-        for (int r = 0; r < ncl; r++) {
-            const float Mr = cl.map_shared_rank(sM, r)[g];
-            if (Mr == -INFINITY) continue;
-            const float fr = expf(Mr - M);
-            num = fmaf(cl.map_shared_rank(sacc, r)[g * DM + d], fr, num);
-            den = fmaf(cl.map_shared_rank(sL, r)[g], fr, den);
+#pragma unroll
+        for (int r = 0; r < CL_MAX; r++) {
+            if (r >= ncl || rM[r][g] == -INFINITY) continue;
+            const float fr = expf(rM[r][g] - M);
+            num = fmaf(ra[r], fr, num);
+            den = fmaf(rL[r][g], fr, den);
         }
         orow[t] = num / den;
     }
@@ -655,16 +673,16 @@ static int attn_launch(cuda_ctx *c, int D, unsigned gy, unsigned gz, err *e, flo
 {
     switch (D) {
     case 64:
-        return launch_clustered(c, k_attn<GB, 64>, gy, gz, AT_THREADS, e, "attention_decode", out, q, n_head,
+        return launch_clustered(c, k_attn<GB, 64>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q, n_head,
                                 n_head_kv, D, k, kf16, v, vf16, pos, scale);
     case 128:
-        return launch_clustered(c, k_attn<GB, 128>, gy, gz, AT_THREADS, e, "attention_decode", out, q, n_head,
+        return launch_clustered(c, k_attn<GB, 128>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q, n_head,
                                 n_head_kv, D, k, kf16, v, vf16, pos, scale);
     case 256:
-        return launch_clustered(c, k_attn<GB, 256>, gy, gz, AT_THREADS, e, "attention_decode", out, q, n_head,
+        return launch_clustered(c, k_attn<GB, 256>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q, n_head,
                                 n_head_kv, D, k, kf16, v, vf16, pos, scale);
     default:
-        return launch_clustered(c, k_attn<GB, 0>, gy, gz, AT_THREADS, e, "attention_decode", out, q, n_head,
+        return launch_clustered(c, k_attn<GB, 0>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q, n_head,
                                 n_head_kv, D, k, kf16, v, vf16, pos, scale);
     }
 }
@@ -697,6 +715,8 @@ static int attn_run(cuda_ctx *c, float *out, const float *q, int n_q, int n_q_gr
     default: return attn_launch<1>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
     }
 }
+
+extern "C" void cuda_attention_force_cluster(cuda_ctx *c, int n) { c->at_cluster = n > 0 ? n : 0; }
 
 extern "C" int cuda_attention_decode(cuda_ctx *c, float *out, const float *q, int n_q, int n_head, int n_head_kv,
                                      int head_dim, const void *k, int k_f16, const void *v, int v_f16,
@@ -813,5 +833,5 @@ extern "C" int cuda_argmax(cuda_ctx *c, int32_t *out, const float *x, int rows, 
 {
     if (rows <= 0 || rows > 65535 || n <= 0 || n >= INT_MAX)
         return err_setf(e, ERR_USAGE, "cuda_argmax: rows=%d n=%lld", rows, (long long)n);
-    return launch_clustered(c, k_argmax, (unsigned)rows, 1u, AM_THREADS, e, "argmax", out, x, n);
+    return launch_clustered(c, k_argmax, (unsigned)rows, 1u, AM_THREADS, 0, e, "argmax", out, x, n);
 }

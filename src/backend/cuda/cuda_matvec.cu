@@ -147,21 +147,25 @@ __global__ void k_quant_q8_0(const float *__restrict__ x, const float *__restric
 
 /* RMSNorm of one row (rms_row, cuda_rmsnorm's numerics) and its
  * quantization to the dot type DT (0 Q8_0, 1 Q8_1, 2 Q8_K) in one CTA of
- * RMS_THREADS: the normed row goes to y (global; read back by the same
- * CTA after the barrier), then each warp quantizes blocks w, w + 8, ... */
+ * RMS_THREADS: the normed row goes to shared memory (n <= CUDA_RMSQ_MAXN), then
+ * to y (global) while each warp quantizes blocks w, w + 8, ... from shared
+ * memory: the blocks' loads are shared-memory latency, not a global round
+ * trip each. */
 template <int DT>
 __global__ void __launch_bounds__(RMS_THREADS)
 k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__ w, int n, float eps)
 {
     pdl_enter();
     __shared__ double part[RMS_THREADS / 32];
-    rms_row(y, x, w, n, eps, part);
+    __shared__ float sy[CUDA_RMSQ_MAXN];
+    rms_row(sy, x, w, n, eps, part);
     __syncthreads();
+    for (int i = threadIdx.x; i < n; i += RMS_THREADS) y[i] = sy[i];
     const int warp = threadIdx.x >> 5, nw = RMS_THREADS / 32;
     const int nb = DT == 2 ? n / CQK_K : n / CQK8_0;
     for (int b = warp; b < nb; b += nw) {
-        if (DT == 2) quant_q8_K_warp<0>(y, NULL, xq, b);
-        else quant_q8_0_warp<DT, 0>(y, NULL, xq, b);
+        if (DT == 2) quant_q8_K_warp<0>(sy, NULL, xq, b);
+        else quant_q8_0_warp<DT, 0>(sy, NULL, xq, b);
     }
 }
 
@@ -239,8 +243,10 @@ extern "C" int cuda_act_quant(cuda_ctx *c, int wtype, const float *x, void *xq, 
 extern "C" int cuda_rmsnorm_quant(cuda_ctx *c, int wtype, float *y, void *xq, const float *x, const float *w,
                                   int n, float eps, err *e)
 {
-    if (!cuda_act_bytes(wtype, n) || wtype == QTYPE_F32 || wtype == QTYPE_F16 || wtype == QTYPE_BF16)
-        return err_setf(e, ERR_UNSUPPORTED, "cuda_rmsnorm_quant: weight type %s with n=%d", qtype_name(wtype), n);
+    if (!cuda_act_bytes(wtype, n) || wtype == QTYPE_F32 || wtype == QTYPE_F16 || wtype == QTYPE_BF16 ||
+        n > CUDA_RMSQ_MAXN)
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_rmsnorm_quant: weight type %s with n=%d (n <= %d)",
+                        qtype_name(wtype), n, CUDA_RMSQ_MAXN);
     const int dot = qtype_get(wtype)->dot_type;
     return cuda_launch(c, dot == QTYPE_Q8_K ? k_rmsnorm_quant<2> : dot == QTYPE_Q8_1 ? k_rmsnorm_quant<1> : k_rmsnorm_quant<0>,
                        1, RMS_THREADS, 0, e, "rmsnorm quant", y, (uint8_t *)xq, x, w, n, eps);

@@ -954,12 +954,12 @@ static int qkv_adjacent(const cuda_model *m, const dlayer *dl)
            m->k == m->q + q->rows && m->v == m->k + k->rows;
 }
 
-/* w's activations are Q8 blocks (Q8_K, Q8_0 or Q8_1): the fused
- * norm/swiglu quantizers apply */
+/* w's activations are Q8 blocks (Q8_K, Q8_0 or Q8_1) and its rows at most
+ * CUDA_RMSQ_MAXN long: the fused norm/swiglu quantizers apply */
 static int q8_dot(const dmat *w)
 {
     const int dot = qtype_get(w->type)->dot_type;
-    return dot == QTYPE_Q8_K || dot == QTYPE_Q8_0 || dot == QTYPE_Q8_1;
+    return (dot == QTYPE_Q8_K || dot == QTYPE_Q8_0 || dot == QTYPE_Q8_1) && w->k <= CUDA_RMSQ_MAXN;
 }
 
 static int same_dot(const dmat *a, const dmat *b)

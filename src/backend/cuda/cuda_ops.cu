@@ -86,11 +86,13 @@ k_router(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids,
             const float v = p[i];
             if (v > bv) { bv = v; bi = i; }   /* i ascends: strict > keeps the lower index */
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-        }
+        /* the warp's best in two reductions: p >= 0 orders as its bits
+         * (+1, so a p of 0 beats a lane with none left, key 0), then the
+         * lowest index among the lanes holding that value */
+        const unsigned key = bv < 0.f ? 0u : __float_as_uint(bv) + 1u;
+        const unsigned km = __reduce_max_sync(0xffffffffu, key);
+        bi = (int)__reduce_min_sync(0xffffffffu, key == km ? (unsigned)bi : (unsigned)INT_MAX);
+        bv = __uint_as_float(km - 1u);
         if (lane == t) { selv = bv; seli = bi; }
         __syncwarp();
         if (lane == 0) p[bi] = -1.f;
