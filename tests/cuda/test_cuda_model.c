@@ -42,7 +42,7 @@
  * the k experts of every layer, the head, one embedding row) times tok/s as
  * GB/s, and that as a fraction of the device's read bandwidth measured in
  * the same run (cuda_read_probe over a 4 GiB buffer, best of 5).
- * --bench-tiered [PATH [host]]: the experts in host RAM behind GPU arenas of 10%,
+ * --bench-tiered [PATH [host|ssd]]: the experts in host RAM behind GPU arenas of 10%,
  * 25% and 50% (see bench_tiered). */
 #include <stdint.h>
 #include <stdio.h>
@@ -785,7 +785,8 @@ static int bench(const char *path)
  * read-ahead top-k, and at 10% also without read-ahead (A/B) and through a
  * host tier: an expert store holding every expert (warmed from the page
  * cache, page-locked), so each GPU miss is a host-tier hit. A third
- * argument "host" runs only the host-tier arms (A/B of host-tier changes). */
+ * argument "host" runs only the host-tier arms (A/B of host-tier changes),
+ * "ssd" only the three-tier arm (tier_ssd). */
 static double h2d_probe(const void *host, size_t bytes, size_t piece, err *e)
 {
     cuda_ctx *cx = NULL;
@@ -814,10 +815,14 @@ typedef struct tier_run {
     double pp_mb_tok;
     uint64_t prefetched, prefetch_used, pinned;
     int n_slots;
+    /* with a host tier that reads from disk (st given): decode's */
+    double disk_mb_tok, host_hit, wait_frac;
 } tier_run;
 
-static int tier_measure(const hparams *hp, const weights *w, const cuda_model_opts *ao, int chunk, tier_run *r,
-                        err *e)
+/* st: the host tier's store when it reads from disk (its decode counters
+ * are bracketed as one chunk), else NULL. */
+static int tier_measure(const hparams *hp, const weights *w, const cuda_model_opts *ao, int chunk, xstore *st,
+                        tier_run *r, err *e)
 {
     memset(r, 0, sizeof *r);
     cuda_model *ga = NULL;
@@ -842,9 +847,22 @@ static int tier_measure(const hparams *hp, const weights *w, const cuda_model_op
     r->pp_mb_tok = (double)(s1.bytes_h2d - s0.bytes_h2d) / NP / 1e6;
     if (!rc) rc = cuda_model_greedy(ga, argmax2(lg, hp->n_vocab, NULL), 8 + NP, NW, out, e);
     cuda_model_arena_stats(ga, &s0);
+    xstore_counters dc0 = {0}, dc1 = {0};
+    if (st) {
+        xstore_phase_counters(st, XSTORE_DECODE, &dc0);
+        xstore_chunk_begin(st, XSTORE_DECODE, NT);
+    }
     t0 = timer_ms();
     if (!rc) rc = cuda_model_greedy(ga, out[NW - 1], 8 + NP + NW, NT, out + NW, e);
     const double tg_s = (timer_ms() - t0) / 1e3;
+    if (st) {
+        xstore_chunk_end(st);
+        xstore_phase_counters(st, XSTORE_DECODE, &dc1);
+        const double lk = (double)(dc1.lookups - dc0.lookups);
+        r->disk_mb_tok = (double)(dc1.bytes - dc0.bytes) / NT / 1e6;
+        r->host_hit = lk > 0 ? (double)(dc1.hits + dc1.ahead - dc0.hits - dc0.ahead) / lk : 0;
+        r->wait_frac = tg_s > 0 ? (dc1.wait_ms - dc0.wait_ms) / 1e3 / tg_s : 0;
+    }
     cuda_model_arena_stats(ga, &s1);
     if (!rc) {
         r->pp = NP / pp_s;
@@ -874,7 +892,71 @@ static void tier_print(const char *what, double frac, const tier_run *r, double 
     fflush(stdout);
 }
 
-static int bench_tiered(const char *path, int host_only)
+/* The three tiers: the GPU arena at 10% of the expert bytes over a host
+ * tier of 25% (page-locked) over the GGUF on disk, read with O_DIRECT when
+ * the file system allows it (said in the output; otherwise the page cache
+ * may serve the reads). First the store's bulk read rate on this disk in
+ * the same run (xstore_warm of the host tier's capacity: every read in
+ * flight at once, the most the I/O engine gets from the disk); then decode
+ * and prefill with read-ahead top-k through the tiers: MB read from disk
+ * a token, that as GB/s and as a fraction of the bulk rate, the host
+ * tier's hit rate, and the share of decode the host waited for reads. */
+static int tier_ssd(cpu_side *c, double ceil, double total)
+{
+    err e = {0};
+    const hparams *hp = &c->hp;
+    xlayout *xl = NULL;
+    xstore *st = NULL;
+    const xlayout_opts xo = { .no_sidecar = 1, .direct = 1 };
+    if (xlayout_open(&xl, c->f, hp, &xo, &e)) { fprintf(stderr, "tiered: ssd: %s\n", e.msg); return 1; }
+    xstore_layout lay;
+    xstore_layout_from_xlayout(&lay, xl);
+    const xstore_opts so = { .arena_bytes = (uint64_t)(0.25 * total), .io_mode = XIO_AUTO, .io_threads = 8,
+                             .io_depth = 32, .n_expert_used = hp->n_expert_used,
+                             .read_ahead = hp->n_expert_used };
+    int rc = xstore_open(&st, &lay, &so, &e);
+    if (!rc) {
+        /* the bulk rate: as many experts as the host tier holds, layer-major from layer 0 */
+        const uint64_t n = (uint64_t)xstore_n_slots(st);
+        int32_t *pairs = xmalloc(sizeof(int32_t) * 2 * (size_t)n);
+        for (uint64_t k = 0; k < n; k++) {
+            pairs[2 * k] = (int32_t)(k / (uint64_t)hp->n_expert);
+            pairs[2 * k + 1] = (int32_t)(k % (uint64_t)hp->n_expert);
+        }
+        const double t0 = timer_ms();
+        rc = xstore_warm(st, pairs, n, &e);
+        const double s = (timer_ms() - t0) / 1e3;
+        free(pairs);
+        const double one = total / ((double)hp->n_layer * hp->n_expert);
+        const double bulk = n * one / s / 1e9;
+        char line[256] = "";
+        xstore_init_line(st, line, sizeof line);
+        printf("tiered: ssd: O_DIRECT %s; host tier %d experts (%.1f GB); bulk read of them %.1f s = %.2f GB/s | %s\n",
+               xlayout_direct(xl) ? "on" : "OFF (buffered: the page cache may serve reads)", (int)n, n * one / 1e9, s,
+               bulk, line);
+        void *mem = NULL;
+        uint64_t mem_bytes = 0;
+        xstore_arena_span(st, &mem, &mem_bytes);
+        tier_run r;
+        cuda_model_opts ao = { .device = 0, .n_ctx = 256, .kv_f16 = 1, .arena_bytes = (uint64_t)(0.10 * total),
+                               .read_ahead = hp->n_expert_used, .host = xstore_src(st), .host_mem = mem,
+                               .host_mem_bytes = mem_bytes };
+        if (!rc) rc = tier_measure(hp, c->w, &ao, 0, st, &r, &e);
+        if (!rc) {
+            tier_print("host tier 25% over disk, read-ahead", 0.10, &r, ceil);
+            printf("tiered: ssd: decode %.1f tok/s: %.1f MB a token from disk = %.2f GB/s = %.2f of the bulk read; "
+                   "host tier hit %.3f; host waited for reads %.0f%% of decode\n", r.tg, r.disk_mb_tok,
+                   r.disk_mb_tok * r.tg / 1e3, bulk > 0 ? r.disk_mb_tok * r.tg / 1e3 / bulk : 0, r.host_hit,
+                   100 * r.wait_frac);
+        }
+    }
+    if (rc) fprintf(stderr, "tiered: ssd: %s\n", e.msg);
+    xstore_close(st);
+    xlayout_close(xl);
+    return rc ? 1 : 0;
+}
+
+static int bench_tiered(const char *path, int mode)
 {
     err e = {0};
     if (access(path, R_OK) != 0) {
@@ -921,21 +1003,26 @@ static int bench_tiered(const char *path, int host_only)
     const double ceil = h2d_piece;
 
     const double fr[3] = { 0.10, 0.25, 0.50 };
-    for (int i = 0; i < 3 && !host_only; i++) {
+    for (int i = 0; i < 3 && mode == 0; i++) {
         tier_run r;
         cuda_model_opts ao = { .device = 0, .n_ctx = 256, .kv_f16 = 1, .arena_bytes = (uint64_t)(fr[i] * total),
                                .read_ahead = hp->n_expert_used };
-        if (tier_measure(hp, w, &ao, 0, &r, &e)) { fprintf(stderr, "tiered: %s\n", e.msg); break; }
+        if (tier_measure(hp, w, &ao, 0, NULL, &r, &e)) { fprintf(stderr, "tiered: %s\n", e.msg); break; }
         tier_print("mapping, read-ahead top-k", fr[i], &r, ceil);
         if (i == 0) {
-            if (tier_measure(hp, w, &ao, 1, &r, &e)) { fprintf(stderr, "tiered: %s\n", e.msg); break; }
+            if (tier_measure(hp, w, &ao, 1, NULL, &r, &e)) { fprintf(stderr, "tiered: %s\n", e.msg); break; }
             tier_print("mapping, read-ahead, prompt by rows", fr[i], &r, ceil);
             ao.read_ahead = 0;
-            if (tier_measure(hp, w, &ao, 0, &r, &e)) { fprintf(stderr, "tiered: %s\n", e.msg); break; }
+            if (tier_measure(hp, w, &ao, 0, NULL, &r, &e)) { fprintf(stderr, "tiered: %s\n", e.msg); break; }
             tier_print("mapping, no read-ahead", fr[i], &r, ceil);
         }
     }
 
+    if (mode == 2) {
+        const int rc = tier_ssd(&c, ceil, total);
+        cpu_close(&c);
+        return rc;
+    }
     /* the host tier holding every expert, warmed from the page cache */
     xlayout *xl = NULL;
     xstore *st = NULL;
@@ -967,7 +1054,7 @@ static int bench_tiered(const char *path, int host_only)
             cuda_model_opts ao = { .device = 0, .n_ctx = 256, .kv_f16 = 1,
                                    .arena_bytes = (uint64_t)(fr[i] * total), .read_ahead = hp->n_expert_used,
                                    .host = xstore_src(st), .host_mem = mem, .host_mem_bytes = mem_bytes };
-            if (tier_measure(hp, w, &ao, 0, &r, &e)) { fprintf(stderr, "tiered: host tier: %s\n", e.msg); break; }
+            if (tier_measure(hp, w, &ao, 0, NULL, &r, &e)) { fprintf(stderr, "tiered: host tier: %s\n", e.msg); break; }
             tier_print("host tier (all experts), read-ahead", fr[i], &r, ceil);
         }
     }
@@ -996,7 +1083,9 @@ int main(int argc, char **argv)
     if (do_info) return 0;
     if (do_bench) return bench(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
     if (do_tiered)
-        return bench_tiered(argc > 2 ? argv[2] : "/tmp/strata-80b-a3b.gguf", argc > 3 && strcmp(argv[3], "host") == 0);
+        return bench_tiered(argc > 2 ? argv[2] : "/tmp/strata-80b-a3b.gguf",
+                            argc > 3 && strcmp(argv[3], "host") == 0  ? 1
+                            : argc > 3 && strcmp(argv[3], "ssd") == 0 ? 2 : 0);
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     RUN(test_errors);
     RUN(test_model_q4k_mix);
