@@ -1,19 +1,28 @@
 /* threadpool: see threadpool.h.
  *
- * Design: one job at a time. tpool_run publishes (fn, ctx) under the mutex,
- * bumps a generation counter and broadcasts; each worker wakes, runs its
- * share, and the last one to finish signals `done`. Workers wait on a
- * condition variable, so an idle pool costs no CPU (no spinning between
- * tokens, nor while the caller waits for disk). The caller runs share 0
- * itself, so a 1-thread pool never touches a lock.
+ * Design: one job at a time. tpool_run publishes (fn, ctx), sets `pending`
+ * and bumps the generation counter (all atomics; the bump releases fn and
+ * ctx); each worker sees the new generation, runs its share and counts
+ * `pending` down. Waiting, on both sides, is a bounded spin (TPOOL_SPIN_US
+ * of polling with a pause instruction) and only then a condition variable:
+ * a decode step is many short jobs back to back, and two futex round trips
+ * a job (a sleeping worker woken, the caller woken by the last worker) cost
+ * tens of microseconds each on a VM; an idle pool still sleeps (between
+ * tokens, while the caller waits for disk), after at most the spin.
  *
- * Cost: two futex round trips per job. For the many small jobs of a decode
- * step that is measurable (tens of microseconds); a later speed issue may add
- * a short bounded spin before sleeping, measured against this. */
+ * No lost wake-ups: a sleeper re-checks its condition under the mutex, and
+ * whoever changes it (the generation in tpool_run, pending reaching 0 in
+ * the last worker) takes the mutex before broadcasting or signalling. The
+ * caller runs share 0 itself, so a 1-thread pool never touches a lock. */
 #include "util/threadpool.h"
+#include "util/timer.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+
+/* How long a waiter polls before it sleeps. */
+#define TPOOL_SPIN_US 100.0
 
 typedef struct worker_arg {
     tpool *pool;
@@ -27,32 +36,57 @@ struct tpool {
     pthread_mutex_t mu;
     pthread_cond_t  wake;        /* workers wait for a new generation */
     pthread_cond_t  done;        /* caller waits for pending == 0 */
-    unsigned long   generation;  /* bumped per job */
-    int             pending;     /* workers still running the current job */
-    int             stop;
+    atomic_ulong    generation;  /* bumped per job (release: fn and ctx are set) */
+    atomic_int      pending;     /* workers still running the current job */
+    atomic_int      stop;
     tpool_fn        fn;
     void           *ctx;
 };
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+/* Poll until the generation differs from `seen` (or stop), for at most
+ * TPOOL_SPIN_US; returns 1 when it did. */
+static int spin_for_job(tpool *p, unsigned long seen)
+{
+    const double t0 = timer_ms();
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(&p->generation, memory_order_acquire) != seen ||
+            atomic_load_explicit(&p->stop, memory_order_relaxed))
+            return 1;
+        cpu_relax();
+        if ((i & 63) == 0 && timer_ms() - t0 > TPOOL_SPIN_US / 1e3) return 0;
+    }
+}
 
 static void *worker_main(void *p)
 {
     worker_arg *a = p;
     tpool *pool = a->pool;
     unsigned long seen = 0;
-    pthread_mutex_lock(&pool->mu);
     for (;;) {
-        while (!pool->stop && pool->generation == seen)
-            pthread_cond_wait(&pool->wake, &pool->mu);
-        if (pool->stop) break;
-        seen = pool->generation;
-        tpool_fn fn = pool->fn;
-        void *ctx = pool->ctx;
-        pthread_mutex_unlock(&pool->mu);
-        fn(ctx, a->ith, pool->n);
-        pthread_mutex_lock(&pool->mu);
-        if (--pool->pending == 0) pthread_cond_signal(&pool->done);
+        if (!spin_for_job(pool, seen)) {
+            pthread_mutex_lock(&pool->mu);
+            while (!atomic_load(&pool->stop) && atomic_load(&pool->generation) == seen)
+                pthread_cond_wait(&pool->wake, &pool->mu);
+            pthread_mutex_unlock(&pool->mu);
+        }
+        if (atomic_load(&pool->stop)) break;
+        seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
+        pool->fn(pool->ctx, a->ith, pool->n);
+        if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&pool->mu);   /* the caller may be between its check and its wait */
+            pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->mu);
+        }
     }
-    pthread_mutex_unlock(&pool->mu);
     return NULL;
 }
 
@@ -67,6 +101,9 @@ int tpool_open(tpool **out, int n_threads, err *e)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->stop, 0);
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         p->args = calloc((size_t)n_threads - 1, sizeof *p->args);
@@ -92,7 +129,7 @@ void tpool_close(tpool *p)
     if (!p) return;
     if (p->threads) {
         pthread_mutex_lock(&p->mu);
-        p->stop = 1;
+        atomic_store(&p->stop, 1);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->mu);
         for (int i = 1; i < p->n; i++) pthread_join(p->threads[i - 1], NULL);
@@ -110,15 +147,22 @@ int tpool_size(const tpool *p) { return p ? p->n : 1; }
 void tpool_run(tpool *p, tpool_fn fn, void *ctx)
 {
     if (!p || p->n == 1) { fn(ctx, 0, 1); return; }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
-    p->pending = p->n - 1;
-    p->generation++;
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);   /* a worker between its check and its wait sees the bump or the broadcast */
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    const double t0 = timer_ms();
+    for (unsigned i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
+        cpu_relax();
+        if ((i & 63) == 0 && timer_ms() - t0 > TPOOL_SPIN_US / 1e3) {
+            pthread_mutex_lock(&p->mu);
+            while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) pthread_cond_wait(&p->done, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+    }
 }
