@@ -156,7 +156,7 @@ GEMM_INLINE __m256i qb_sum(const int vnni, __m256i u, __m256i s)
  * RW * RA <= 8. Per block: each weight block unpacked once, then per pair
  * exactly the dot's maddubs -> madd -> cvt -> fma into that pair's acc. */
 GEMM_INLINE void qb_tile(const int T, const int vnni, const int RW, const int RA, int64_t nb,
-                         const uint8_t *w, size_t wstride, const uint8_t *a, size_t astride,
+                         const uint8_t *w, size_t wstride, const uint8_t *a, size_t astride, const float *ya,
                          float *y, size_t ldy)
 {
     const size_t wsz = qb_wsize(T), asz = qb_asize(T), aqs = qb_aqs(T);
@@ -172,9 +172,13 @@ GEMM_INLINE void qb_tile(const int T, const int vnni, const int RW, const int RA
         uint16_t xh[8], yh[8];
         GEMM_UNROLL
         for (int r = 0; r < RW; r++) xh[r] = rd16(wb + (size_t)r * wstride);
-        GEMM_UNROLL
-        for (int c = 0; c < RA; c++) yh[c] = rd16(ab + (size_t)c * astride);
-        _mm256_store_ps(dbuf, pair_products(RW, RA, xh, yh));
+        if (RW == 1 && ya) {   /* the activation scales already as floats: the same products */
+            _mm256_store_ps(dbuf, _mm256_mul_ps(_mm256_set1_ps(h2f(xh[0])), _mm256_load_ps(ya + (size_t)i * 8)));
+        } else {
+            GEMM_UNROLL
+            for (int c = 0; c < RA; c++) yh[c] = rd16(ab + (size_t)c * astride);
+            _mm256_store_ps(dbuf, pair_products(RW, RA, xh, yh));
+        }
         if (mins) {
             /* summs += h2f(x.m) * h2f(y.s), per pair, in float (mul, add). */
             GEMM_UNROLL
@@ -215,13 +219,13 @@ GEMM_INLINE void qb_tile(const int T, const int vnni, const int RW, const int RA
  * (RW * RA <= 8, RW chosen so small RA still gets several FMA chains),
  * the leftover rows one by one. */
 GEMM_INLINE void qb_rows(const int T, const int vnni, const int RA, int64_t nb, const uint8_t *w, size_t wstride,
-                         int g, const uint8_t *a, size_t astride, float *y, size_t ldy)
+                         int g, const uint8_t *a, size_t astride, const float *ya, float *y, size_t ldy)
 {
     const int RW = RA == 1 ? 4 : RA <= 4 ? 2 : 1;
     int r = 0;
     for (; r + RW <= g; r += RW)
-        qb_tile(T, vnni, RW, RA, nb, w + (size_t)r * wstride, wstride, a, astride, y + r, ldy);
-    for (; r < g; r++) qb_tile(T, vnni, 1, RA, nb, w + (size_t)r * wstride, wstride, a, astride, y + r, ldy);
+        qb_tile(T, vnni, RW, RA, nb, w + (size_t)r * wstride, wstride, a, astride, RW == 1 ? ya : NULL, y + r, ldy);
+    for (; r < g; r++) qb_tile(T, vnni, 1, RA, nb, w + (size_t)r * wstride, wstride, a, astride, ya, y + r, ldy);
 }
 
 /* Tuning knobs (overridable with -D for experiments; any value is correct). */
@@ -231,6 +235,11 @@ GEMM_INLINE void qb_rows(const int T, const int vnni, const int RA, int64_t nb, 
 #ifndef QB_RA
 #define QB_RA 8                    /* activation rows per tile */
 #endif
+/* Activation tiles of RA > 4 rows (one weight row a tile) take their block
+ * scales as floats, converted once per tile instead of once per weight
+ * row: ya[i * 8 + c] = h2f(d of block i of row c), up to QB_YA_BLOCKS
+ * blocks (rows of up to 32768 values; longer rows convert per pair). */
+#define QB_YA_BLOCKS 1024
 
 /* Cache blocking: groups of weight rows of ~QB_L2_BYTES stay in L2 while
  * every activation tile (QB_RA rows, L1/L2) passes over them. */
@@ -240,6 +249,7 @@ GEMM_INLINE void qb_gemm(const int T, const int vnni, int64_t n, const void *vw,
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32;
     const size_t rowb = (size_t)nb * qb_wsize(T);
+    _Alignas(32) float yabuf[QB_YA_BLOCKS * 8];   /* 32 KB of stack: qb_tile's ya */
     int G = rowb ? (int)(QB_L2_BYTES / rowb) : nw;
     if (G < 4) G = 4;
     for (int r0 = 0; r0 < nw; r0 += G) {
@@ -249,15 +259,22 @@ GEMM_INLINE void qb_gemm(const int T, const int vnni, int64_t n, const void *vw,
             const int ra = na - c0 < QB_RA ? na - c0 : QB_RA;
             const uint8_t *at = a + (size_t)c0 * astride;
             float *yt = y + (size_t)c0 * ldy + (size_t)r0;
+            const float *ya = NULL;
+            if (ra > 4 && nb <= QB_YA_BLOCKS) {
+                for (int64_t i = 0; i < nb; i++)
+                    for (int c = 0; c < 8; c++)
+                        yabuf[i * 8 + c] = c < ra ? h2f(rd16(at + (size_t)c * astride + (size_t)i * qb_asize(T))) : 0.0f;
+                ya = yabuf;
+            }
             switch (ra) {
-            case 1: qb_rows(T, vnni, 1, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 2: qb_rows(T, vnni, 2, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 3: qb_rows(T, vnni, 3, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 4: qb_rows(T, vnni, 4, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 5: qb_rows(T, vnni, 5, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 6: qb_rows(T, vnni, 6, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            case 7: qb_rows(T, vnni, 7, nb, wg, wstride, g, at, astride, yt, ldy); break;
-            default: qb_rows(T, vnni, 8, nb, wg, wstride, g, at, astride, yt, ldy); break;
+            case 1: qb_rows(T, vnni, 1, nb, wg, wstride, g, at, astride, NULL, yt, ldy); break;
+            case 2: qb_rows(T, vnni, 2, nb, wg, wstride, g, at, astride, NULL, yt, ldy); break;
+            case 3: qb_rows(T, vnni, 3, nb, wg, wstride, g, at, astride, NULL, yt, ldy); break;
+            case 4: qb_rows(T, vnni, 4, nb, wg, wstride, g, at, astride, NULL, yt, ldy); break;
+            case 5: qb_rows(T, vnni, 5, nb, wg, wstride, g, at, astride, ya, yt, ldy); break;
+            case 6: qb_rows(T, vnni, 6, nb, wg, wstride, g, at, astride, ya, yt, ldy); break;
+            case 7: qb_rows(T, vnni, 7, nb, wg, wstride, g, at, astride, ya, yt, ldy); break;
+            default: qb_rows(T, vnni, 8, nb, wg, wstride, g, at, astride, ya, yt, ldy); break;
             }
         }
     }
