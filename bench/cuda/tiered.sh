@@ -10,7 +10,11 @@
 # mapping with and without read-ahead, and through a host tier (the expert
 # store holding every expert, page-locked).
 #
-# Usage: sh bench/cuda/tiered.sh [MODEL]
+# Usage: sh bench/cuda/tiered.sh [MODEL [host|ssd]]
+#   host   only the host-tier arms (A/B runs of host-tier changes)
+#   ssd    only the three-tier arm: GPU arena 10% over a 25% host tier over
+#          the GGUF read with O_DIRECT (drop the page cache first for a cold
+#          disk); prints the store's bulk read rate in the same run
 #   MODEL  default /tmp/strata-80b-a3b.gguf; generated when missing
 #          (strata mkmodel --preset 80b-a3b: ~44 GB of disk, a few minutes
 #          on 16 cores). Needs about 2x the model in host RAM (page cache
@@ -30,4 +34,4 @@ if [ ! -f "$M" ] && [ -x build/strata ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv 2>/dev/null
 free -g | head -2
-exec "$T" --bench-tiered "$M"
+exec "$T" --bench-tiered "$M" ${2:+"$2"}
