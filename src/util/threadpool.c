@@ -52,6 +52,14 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* Step i (from 1) of a poll begun at t0: a pause; 0 once TPOOL_SPIN_US
+ * have passed (the clock is read every 64 steps). */
+static int spin_step(unsigned i, double t0)
+{
+    cpu_relax();
+    return (i & 63) != 0 || timer_ms() - t0 <= TPOOL_SPIN_US / 1e3;
+}
+
 /* Poll until the generation differs from `seen` (or stop), for at most
  * TPOOL_SPIN_US; returns 1 when it did. */
 static int spin_for_job(tpool *p, unsigned long seen)
@@ -61,8 +69,7 @@ static int spin_for_job(tpool *p, unsigned long seen)
         if (atomic_load_explicit(&p->generation, memory_order_acquire) != seen ||
             atomic_load_explicit(&p->stop, memory_order_relaxed))
             return 1;
-        cpu_relax();
-        if ((i & 63) == 0 && timer_ms() - t0 > TPOOL_SPIN_US / 1e3) return 0;
+        if (!spin_step(i, t0)) return 0;
     }
 }
 
@@ -157,8 +164,7 @@ void tpool_run(tpool *p, tpool_fn fn, void *ctx)
     fn(ctx, 0, p->n);
     const double t0 = timer_ms();
     for (unsigned i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
-        cpu_relax();
-        if ((i & 63) == 0 && timer_ms() - t0 > TPOOL_SPIN_US / 1e3) {
+        if (!spin_step(i, t0)) {
             pthread_mutex_lock(&p->mu);
             while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) pthread_cond_wait(&p->done, &p->mu);
             pthread_mutex_unlock(&p->mu);

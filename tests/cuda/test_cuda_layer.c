@@ -595,8 +595,9 @@ static void bench(void)
         printf("bench: attention f16 pos %5d by cluster cap:", pc[i]);
         for (int cap = 1; cap <= 16; cap *= 2) {
             cuda_attention_force_cluster(g_cu, cap == 16 ? 0 : cap);
-            printf(" %s %.2f us", cap == 16 ? "default" : cap == 1 ? "1" : cap == 2 ? "2" : cap == 4 ? "4" : "8",
-                   time_ms(run_attn, &a, 50) * 1e3);
+            if (cap == 16) printf(" default");
+            else printf(" %d", cap);
+            printf(" %.2f us", time_ms(run_attn, &a, 50) * 1e3);
         }
         printf("\n");
     }

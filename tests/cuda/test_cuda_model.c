@@ -566,6 +566,18 @@ TEST(test_errors)
 
 static uint64_t tbytes(const wtensor *t) { return t->row_bytes * (uint64_t)t->ne[1]; }
 
+/* n greedy steps from token `first` at pos0, twice: the first run warms up
+ * (and captures the graphs after a setting changed), the second is timed
+ * (*secs). */
+static int greedy_timed(cuda_model *g, int32_t first, int pos0, int n, int32_t *out, double *secs, err *e)
+{
+    int rc = cuda_model_greedy(g, first, pos0, n, out, e);
+    const double t0 = timer_ms();
+    if (!rc) rc = cuda_model_greedy(g, first, pos0, n, out, e);
+    *secs = (timer_ms() - t0) / 1e3;
+    return rc;
+}
+
 static int bench(const char *path)
 {
     err e = {0};
@@ -615,10 +627,7 @@ static int bench(const char *path)
     double s_plain = 0;
     if (!rc) {
         cuda_model_set_graph(g, 0);
-        rc = cuda_model_greedy(g, start, 1 + n_warm, n_tok, out2, &e);   /* warm-up */
-        t0 = timer_ms();
-        if (!rc) rc = cuda_model_greedy(g, start, 1 + n_warm, n_tok, out2, &e);
-        s_plain = (timer_ms() - t0) / 1e3;
+        rc = greedy_timed(g, start, 1 + n_warm, n_tok, out2, &s_plain, &e);
         if (!rc && memcmp(out, out2, sizeof(int32_t) * (size_t)n_tok) != 0)
             printf("bench: WARNING: graph and plain greedy ids differ\n");
         cuda_model_set_graph(g, 1);
@@ -628,10 +637,7 @@ static int bench(const char *path)
     double s_mode[3] = {0, 0, 0};
     for (int mode = 1; !rc && mode <= 2; mode++) {
         cuda_model_set_matvec(g, mode);
-        rc = cuda_model_greedy(g, start, 1 + n_warm, n_tok, out2, &e);   /* capture + warm-up */
-        t0 = timer_ms();
-        if (!rc) rc = cuda_model_greedy(g, start, 1 + n_warm, n_tok, out2, &e);
-        s_mode[mode] = (timer_ms() - t0) / 1e3;
+        rc = greedy_timed(g, start, 1 + n_warm, n_tok, out2, &s_mode[mode], &e);
     }
     if (!rc) cuda_model_set_matvec(g, 0);
     /* programmatic dependent launch off (each kernel waits for the
@@ -640,10 +646,7 @@ static int bench(const char *path)
     int pdl_same = 0;
     if (!rc) {
         cuda_model_set_pdl(g, 0);
-        rc = cuda_model_greedy(g, start, 1 + n_warm, n_tok, out2, &e);   /* capture + warm-up */
-        t0 = timer_ms();
-        if (!rc) rc = cuda_model_greedy(g, start, 1 + n_warm, n_tok, out2, &e);
-        s_nopdl = (timer_ms() - t0) / 1e3;
+        rc = greedy_timed(g, start, 1 + n_warm, n_tok, out2, &s_nopdl, &e);
         pdl_same = !rc && memcmp(out, out2, sizeof(int32_t) * (size_t)n_tok) == 0;
         cuda_model_set_pdl(g, 1);
     }
@@ -892,6 +895,18 @@ static void tier_print(const char *what, double frac, const tier_run *r, double 
     fflush(stdout);
 }
 
+/* The first n (layer, expert) pairs in layer-major order, for xstore_warm
+ * (owned by the caller). */
+static int32_t *layer_major_pairs(const hparams *hp, uint64_t n)
+{
+    int32_t *pairs = xmalloc(sizeof(int32_t) * 2 * (size_t)n);
+    for (uint64_t k = 0; k < n; k++) {
+        pairs[2 * k] = (int32_t)(k / (uint64_t)hp->n_expert);
+        pairs[2 * k + 1] = (int32_t)(k % (uint64_t)hp->n_expert);
+    }
+    return pairs;
+}
+
 /* The three tiers: the GPU arena at 10% of the expert bytes over a host
  * tier of 25% (page-locked) over the GGUF on disk, read with O_DIRECT when
  * the file system allows it (said in the output; otherwise the page cache
@@ -918,11 +933,7 @@ static int tier_ssd(cpu_side *c, double ceil, double total)
     if (!rc) {
         /* the bulk rate: as many experts as the host tier holds, layer-major from layer 0 */
         const uint64_t n = (uint64_t)xstore_n_slots(st);
-        int32_t *pairs = xmalloc(sizeof(int32_t) * 2 * (size_t)n);
-        for (uint64_t k = 0; k < n; k++) {
-            pairs[2 * k] = (int32_t)(k / (uint64_t)hp->n_expert);
-            pairs[2 * k + 1] = (int32_t)(k % (uint64_t)hp->n_expert);
-        }
+        int32_t *pairs = layer_major_pairs(hp, n);
         const double t0 = timer_ms();
         rc = xstore_warm(st, pairs, n, &e);
         const double s = (timer_ms() - t0) / 1e3;
@@ -1034,11 +1045,7 @@ static int bench_tiered(const char *path, int mode)
         const uint64_t n = (uint64_t)hp->n_layer * (uint64_t)hp->n_expert;
         const xstore_opts so = { .arena_bytes = xlayout_slot_bytes(xl, 0) * n, .io_mode = XIO_PREAD, .io_threads = 8,
                                  .n_expert_used = hp->n_expert_used, .read_ahead = hp->n_expert_used };
-        pairs = xmalloc(sizeof(int32_t) * 2 * (size_t)n);
-        for (uint64_t k = 0; k < n; k++) {
-            pairs[2 * k] = (int32_t)(k / (uint64_t)hp->n_expert);
-            pairs[2 * k + 1] = (int32_t)(k % (uint64_t)hp->n_expert);
-        }
+        pairs = layer_major_pairs(hp, n);
         t0 = timer_ms();
         if (!xstore_open(&st, &lay, &so, &e) && !xstore_warm(st, pairs, n, &e))
             printf("tiered: host tier of every expert (%.1f GB) filled in %.1f s\n", xstore_arena_bytes(st) / 1e9,
