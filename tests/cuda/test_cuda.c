@@ -487,6 +487,9 @@ TEST(test_rmsnorm)
             free(q1); free(q2); free(y2);
         }
         CHECK(cuda_rmsnorm_quant(g_cu, QTYPE_F32, dy, dy, dx, dw, n, 1e-6f, &e) == ERR_UNSUPPORTED);
+        /* rows longer than the shared-memory stage: refused before any launch */
+        CHECK(cuda_rmsnorm_quant(g_cu, QTYPE_Q8_0, dy, dy, dx, dw, CUDA_RMSQ_MAXN + 32, 1e-6f, &e) ==
+              ERR_UNSUPPORTED);
         printf("  rmsnorm n=%d rows=%d: max rel %.3g (in place %.3g)\n", n, rows, m1, m2);
         cuda_free(g_cu, dx); cuda_free(g_cu, dw); cuda_free(g_cu, dy);
         free(x); free(w); free(ref); free(y);
