@@ -306,6 +306,9 @@ int main(int argc, char **argv)
     const double int8_peak = probe_gops(PROBE_INT8, quick ? 0.1 : 0.3);
     const double fp32_peak = probe_gops(PROBE_FP32, quick ? 0.1 : 0.3);
     const double vnni_peak = f.avxvnni ? probe_gops(PROBE_INT8_VNNI, quick ? 0.1 : 0.3) : 0.0;
+    /* the "vnni" columns: the kernel of the best ISA this CPU runs (the
+     * engine's: AVX-VNNI, or AVX-512 where quant.c has one for the type) */
+    const cpu_isa best_isa = cpu_best_isa();
 
     int64_t max_elems = 0;
     for (int s = 0; s < N_SHAPES; s++)
@@ -339,7 +342,9 @@ int main(int argc, char **argv)
                int8_peak, fp32_peak);
         if (f.avxvnni)
             printf("# AVX-VNNI: int8 peak of maddubs->vpdpwssd chains %.1f GOPS (for reference; every /peak\n"
-                   "# column, vnni's included, is of the maddubs->madd->add peak above)\n", vnni_peak);
+                   "# column, vnni's included, is of the 256-bit maddubs->madd->add peak above)\n"
+                   "# vnni columns: the %s kernels (the engine's; STRATA_ISA=avxvnni for the 256-bit ones)\n",
+                   vnni_peak, cpu_isa_name(best_isa));
         else printf("# no AVX-VNNI on this CPU: vnni columns empty\n");
         printf("\n| type | K x rows | na | dot-loop GOPS | gemm GOPS | speedup | dot/peak | gemm/peak "
                "| vnni GOPS | vnni/gemm | vnni/peak |\n");
@@ -362,7 +367,8 @@ int main(int argc, char **argv)
         /* the AVX-VNNI ops, when they have a gemm kernel of their own */
         quant_ops vops;
         int have_v = 0;
-        if (f.avxvnni && ops.gemm && !quant_ops_get(t, CPU_ISA_AVXVNNI, &vops, &e) && vops.gemm && vops.gemm != ops.gemm)
+        if (best_isa >= CPU_ISA_AVXVNNI && ops.gemm && !quant_ops_get(t, best_isa, &vops, &e) && vops.gemm &&
+            vops.gemm != ops.gemm)
             have_v = 1;
         const int is_float = t == QTYPE_F32 || t == QTYPE_F16 || t == QTYPE_BF16;
         const double peak = is_float ? fp32_peak : int8_peak;

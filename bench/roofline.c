@@ -17,6 +17,10 @@
  *       ops/cycle on Intel p0+p1, 32 on Zen3). An earlier form that fed each
  *       accumulator back into its next maddubs was latency-bound on Intel
  *       (5+5+1 cycles a step): about 25% below this one.
+ *   (b') the same with 512-bit registers (_mm512_maddubs_epi16 ..., 128 ops a
+ *       maddubs) where the CPU has AVX-512 F/BW/VL/VNNI (cpu_detect's
+ *       avx512): the strata kernels use 512-bit maddubs there (the Q4_K
+ *       gemm), so that is the int8 limit they are held to on such a CPU.
  *   (c) fp32 FMA throughput: 12 independent _mm256_fmadd_ps chains, 16 flops
  *       each (8 lanes x multiply + add).
  * Each is measured with 1 thread and with N threads (-t, default all online
@@ -116,6 +120,25 @@ static int64_t int8_chains(uint64_t iters, int seed)
     return _mm256_extract_epi64(s, 0) ^ _mm256_extract_epi64(s, 3);
 }
 
+/* int8_chains with 512-bit registers: iters x 12 maddubs of 128 ops. */
+__attribute__((target("avx2,avx512f,avx512bw"))) static int64_t int8_chains_z(uint64_t iters, int seed)
+{
+    const __m512i x0 = _mm512_set1_epi8((char)(1 + seed)), x1 = _mm512_set1_epi8(2), x2 = _mm512_set1_epi8(3),
+                  x3 = _mm512_set1_epi8(4), ones = _mm512_set1_epi16(1);
+    __m512i b0 = _mm512_set1_epi8(7), b1 = _mm512_set1_epi8(-9), b2 = _mm512_set1_epi8(11);
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (uint64_t i = 0; i < iters; i++) {
+        __asm__ volatile("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3));
+#define DOT(acc, x, b) acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(x, b), ones))
+        DOT(a0, x0, b0); DOT(a1, x1, b0); DOT(a2, x2, b0); DOT(a3, x3, b0);
+        DOT(a0, x0, b1); DOT(a1, x1, b1); DOT(a2, x2, b1); DOT(a3, x3, b1);
+        DOT(a0, x0, b2); DOT(a1, x1, b2); DOT(a2, x2, b2); DOT(a3, x3, b2);
+#undef DOT
+    }
+    const __m512i s = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+    return _mm_cvtsi128_si64(_mm512_castsi512_si128(s)) ^ _mm_cvtsi128_si64(_mm512_extracti32x4_epi32(s, 3));
+}
+
 /* iters x N_CHAINS FMAs (16 flops each). acc*a + c converges to c/(1-a):
  * no overflow, no denormals. */
 static int64_t fma_chains(uint64_t iters, int seed)
@@ -138,7 +161,7 @@ static int64_t fma_chains(uint64_t iters, int seed)
 
 /* ---- threads: one pass = N workers released together by a barrier ---- */
 
-enum kind { K_READ, K_INT8, K_FMA };
+enum kind { K_READ, K_INT8, K_INT8Z, K_FMA };
 
 typedef struct job {
     enum kind kind;
@@ -155,6 +178,7 @@ static void job_run(job *j)
     switch (j->kind) {
     case K_READ: j->out = read_sum(j->p, j->n); break;
     case K_INT8: j->out = int8_chains(j->iters, j->seed); break;
+    case K_INT8Z: j->out = int8_chains_z(j->iters, j->seed); break;
     case K_FMA:  j->out = fma_chains(j->iters, j->seed); break;
     }
 }
@@ -211,10 +235,11 @@ static stat3 summarize(double *v, int n)
     return s;
 }
 
-typedef struct result { int threads; stat3 read_gbs, int8_gops, fp32_gflops; } result;
+typedef struct result { int threads; stat3 read_gbs, int8_gops, int8z_gops, fp32_gflops; } result;
 
+/* it_int8z: 0 = no 512-bit probe (the CPU lacks AVX-512) */
 static void measure(result *r, int nt, const uint8_t *buf, size_t size, int passes, uint64_t it_int8,
-                    uint64_t it_fma)
+                    uint64_t it_int8z, uint64_t it_fma)
 {
     double v[MAX_PASSES];
     const size_t slice = (size / (size_t)nt) & ~(size_t)255;
@@ -226,6 +251,13 @@ static void measure(result *r, int nt, const uint8_t *buf, size_t size, int pass
     for (int i = 0; i < passes; i++)
         v[i] = (double)it_int8 * 12 * 64.0 * nt / pass(K_INT8, nt, NULL, 0, it_int8) * 1e-9;
     r->int8_gops = summarize(v, passes);
+    r->int8z_gops = (stat3){ 0, 0, 0 };
+    if (it_int8z) {
+        pass(K_INT8Z, nt, NULL, 0, it_int8z / 8 + 1);
+        for (int i = 0; i < passes; i++)
+            v[i] = (double)it_int8z * 12 * 128.0 * nt / pass(K_INT8Z, nt, NULL, 0, it_int8z) * 1e-9;
+        r->int8z_gops = summarize(v, passes);
+    }
     pass(K_FMA, nt, NULL, 0, it_fma / 8 + 1);
     for (int i = 0; i < passes; i++)
         v[i] = (double)it_fma * N_CHAINS * 16.0 * nt / pass(K_FMA, nt, NULL, 0, it_fma) * 1e-9;
@@ -281,8 +313,8 @@ static void usage(FILE *f)
         "\n"
         "Measure, with 1 thread and with N threads, the memory read bandwidth (sum of a\n"
         "SIZE buffer, AVX2 loads), the int8 dot throughput (maddubs->madd->add chains,\n"
-        "64 ops per maddubs) and the fp32 FMA throughput (16 flops per FMA): medians\n"
-        "of P passes with their range.\n"
+        "64 ops per maddubs; with AVX-512 also the 512-bit chains, 128 ops) and the fp32\n"
+        "FMA throughput (16 flops per FMA): medians of P passes with their range.\n"
         "\n"
         "  -t, --threads N   threads of the second column (default: all online CPUs)\n"
         "  --size SIZE       read buffer, K/M/G suffixes (default 1G; keep it far above the caches)\n"
@@ -290,7 +322,8 @@ static void usage(FILE *f)
         "  --quick           3 passes, 20 ms compute passes (smoke tests)\n"
         "  -o table|json     output (default table). json: {\"cpus\", \"cpu_model\",\n"
         "                    \"buffer_bytes\", \"passes\", \"results\": [{\"threads\",\n"
-        "                    \"read_gbs\", \"int8_gops\", \"fp32_gflops\"}, ...]}, each figure\n"
+        "                    \"read_gbs\", \"int8_gops\", [\"int8_avx512_gops\",] \"fp32_gflops\"},\n"
+        "                    ...]}, each figure\n"
         "                    {\"median\", \"min\", \"max\"}\n", MAX_PASSES);
 }
 
@@ -399,11 +432,12 @@ int main(int argc, char **argv)
 
     const double target = quick ? 0.02 : 0.1;
     const uint64_t it_int8 = calibrate(K_INT8, target), it_fma = calibrate(K_FMA, target);
+    const uint64_t it_int8z = cf.avx512 ? calibrate(K_INT8Z, target) : 0;
 
     result res[2];
     int nres = 0;
-    measure(&res[nres++], 1, buf, size, passes, it_int8, it_fma);
-    if (nt > 1) measure(&res[nres++], nt, buf, size, passes, it_int8, it_fma);
+    measure(&res[nres++], 1, buf, size, passes, it_int8, it_int8z, it_fma);
+    if (nt > 1) measure(&res[nres++], nt, buf, size, passes, it_int8, it_int8z, it_fma);
     free(buf);
 
     char model[256];
@@ -416,6 +450,7 @@ int main(int argc, char **argv)
             printf("%s{\"threads\": %d, ", r ? ", " : "", res[r].threads);
             json_stat("read_gbs", res[r].read_gbs, ", ");
             json_stat("int8_gops", res[r].int8_gops, ", ");
+            if (it_int8z) json_stat("int8_avx512_gops", res[r].int8z_gops, ", ");
             json_stat("fp32_gflops", res[r].fp32_gflops, "}");
         }
         printf("]}\n");
@@ -428,13 +463,15 @@ int main(int argc, char **argv)
     printf(" unit |\n|---|---:|");
     if (nres > 1) printf("---:|");
     printf("---|\n");
-    static const char *names[3] = { "memory read (sum, AVX2 loads)", "int8 dot (maddubs->madd->add)", "fp32 FMA" };
-    static const char *units[3] = { "GB/s", "GOPS", "GFLOP/s" };
-    for (int m = 0; m < 3; m++) {
+    static const char *names[4] = { "memory read (sum, AVX2 loads)", "int8 dot (maddubs->madd->add)",
+                                    "int8 dot, 512-bit (maddubs->madd->add)", "fp32 FMA" };
+    static const char *units[4] = { "GB/s", "GOPS", "GOPS", "GFLOP/s" };
+    for (int m = 0; m < 4; m++) {
+        if (m == 2 && !it_int8z) continue;
         printf("| %s |", names[m]);
         for (int r = 0; r < nres; r++) {
             char b[96];
-            stat3 s = m == 0 ? res[r].read_gbs : m == 1 ? res[r].int8_gops : res[r].fp32_gflops;
+            stat3 s = m == 0 ? res[r].read_gbs : m == 1 ? res[r].int8_gops : m == 2 ? res[r].int8z_gops : res[r].fp32_gflops;
             fmt_stat(b, sizeof b, s);
             printf(" %s |", b);
         }

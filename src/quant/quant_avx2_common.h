@@ -25,6 +25,11 @@ static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }   /* exact, like fp
 #if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11))
 #define GEMM_HAVE_AVXVNNI 1
 #define GEMM_TARGET_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+/* AVX-512 kernels (512-bit maddubs and vpdpwssd; quant.c hands them out
+ * only for CPU_ISA_AVX512). GEMM_TARGET_AVX512 marks a function compiled
+ * for it. */
+#define GEMM_HAVE_AVX512 1
+#define GEMM_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avxvnni,avx512f,avx512bw,avx512vl,avx512vnni")))
 /* vpdpbusd: acc + the int32 sums of 4 u8 x s8 products a lane; equal to
  * madd(maddubs(u, s), 1) whenever maddubs does not saturate (|u| <= 128,
  * as every sign-trick or 5-bit operand here). Not always_inline: it is

@@ -514,6 +514,119 @@ Q4_ROWS_FN(q4_K_rows_vnni, GEMM_TARGET_VNNI, 1)
 #endif
 DEFINE_GEMM(q4_K, quant_avxvnni_dot_q4_K)
 
+#ifdef GEMM_HAVE_AVX512
+/* ==== Q4_K, AVX-512 (512-bit maddubs and vpdpwssd) ====
+ * q4_K_kx's arithmetic with two of the four 64-weight steps j in one
+ * 512-bit register: a 64-byte load of qs holds steps 2P (low half) and
+ * 2P+1 (high half), the packed activations (q4z below) are laid out to
+ * match, and each half is multiplied by its own step's scales. Lane l of
+ * the low half then accumulates steps 0 and 2, of the high half steps 1
+ * and 3; adding the halves gives the int32 sums q4_K_core's lane l holds
+ * (the same products in the same int16 pairs, exact integer sums), and
+ * the float part is q4_K_core's, operation for operation: bit-identical. */
+GEMM_TARGET_AVX512 static inline __m512i dp16z(__m512i acc, __m512i s16, __m512i p16)
+{
+    return _mm512_dpwssd_epi32(acc, s16, p16);
+}
+
+/* Activations of super-block i, row c at q8z + (i * NA_BLK + c) * QK_K, in
+ * the order [0..32 | 64..96] [32..64 | 96..128] [128..160 | 192..224]
+ * [160..192 | 224..256]: register 2P + h holds the quants that multiply
+ * the low (h = 0) or high (h = 1) nibbles of qs[64P .. 64P + 64). */
+GEMM_TARGET_AVX512 static ALWAYS_INLINE void q4_K_kz(int64_t nb, const void *vw, const int8_t *q8z, const int nc, float *y, size_t ldy,
+                                  const blk_aux *aux)
+{
+    const block_q4_K *x = vw;
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i sel0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+    const __m512i sel1 = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m512i four = _mm512_set1_epi32(4);
+    const int np = (nc + 1) / 2;
+    __m256 acc[NA_BLK], acc_m[NA_BLK / 2];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int p = 0; p < np; p++) acc_m[p] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_aux *ax = aux + i;
+        const __m128i head = _mm_loadu_si128((const __m128i *)&x[i]);
+        const __m128 dh = _mm_cvtph_ps(head);
+        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_broadcastss_ps(dh));
+        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_broadcastss_ps(_mm_movehdup_ps(dh)));
+        const __m256i sm = k4_scales_mins(head);
+        const __m256i scales = _mm256_shuffle_epi8(sm, k4_sc32()), mins2 = _mm256_shuffle_epi8(sm, k4_mins16());
+#pragma GCC unroll 4
+        for (int p = 0; p < np; p++) {
+            const __m256i prod = _mm256_madd_epi16(mins2, load256(&ax->q8s[2 * p]));
+            acc_m[p] = _mm256_fmadd_ps(lane_pair(vdmin8, p), _mm256_cvtepi32_ps(prod), acc_m[p]);
+        }
+        bcast_buf sb;
+        _mm256_store_ps(sb.f, vd8);
+        BCAST_BARRIER(sb);
+        /* scale dwords: s[2j] low nibbles, s[2j+1] high nibbles of step j */
+        const __m512i sc = _mm512_castsi256_si512(scales);
+        const __m512i sl0 = _mm512_permutexvar_epi32(sel0, sc), sh0 = _mm512_permutexvar_epi32(sel1, sc);
+        const __m512i sl1 = _mm512_permutexvar_epi32(_mm512_add_epi32(sel0, four), sc);
+        const __m512i sh1 = _mm512_permutexvar_epi32(_mm512_add_epi32(sel1, four), sc);
+        const __m512i b0 = _mm512_loadu_si512((const void *)x[i].qs);
+        const __m512i b1 = _mm512_loadu_si512((const void *)(x[i].qs + 64));
+        const __m512i l0 = _mm512_and_si512(b0, m4), h0 = _mm512_and_si512(_mm512_srli_epi16(b0, 4), m4);
+        const __m512i l1 = _mm512_and_si512(b1, m4), h1 = _mm512_and_si512(_mm512_srli_epi16(b1, 4), m4);
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) {
+            const int8_t *q8 = q8z + ((size_t)i * NA_BLK + (size_t)c) * QK_K;
+            __m512i s = _mm512_madd_epi16(sl0, _mm512_maddubs_epi16(l0, _mm512_load_si512((const void *)q8)));
+            s = dp16z(s, sh0, _mm512_maddubs_epi16(h0, _mm512_load_si512((const void *)(q8 + 64))));
+            s = dp16z(s, sl1, _mm512_maddubs_epi16(l1, _mm512_load_si512((const void *)(q8 + 128))));
+            s = dp16z(s, sh1, _mm512_maddubs_epi16(h1, _mm512_load_si512((const void *)(q8 + 192))));
+            const __m256i sumi = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+            acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sb.f[c]), _mm256_cvtepi32_ps(sumi), acc[c]);
+        }
+    }
+    __m256 v[NA_BLK], m[NA_BLK / 2];
+#pragma GCC unroll 8
+    for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int p = 0; p < NA_BLK / 2; p++) m[p] = p < np ? acc_m[p] : _mm256_setzero_ps();
+    store_rows(_mm256_add_ps(hsum8_rows(v), hsum4_pairs(m)), nc, y, ldy);
+}
+#define Q4_ROWS_LOOPZ(NC) \
+    for (int r = 0; r < nr; r++) q4_K_kz(nb, (const uint8_t *)w + (size_t)r * wstride, q8z, NC, y + r, ldy, aux)
+GEMM_TARGET_AVX512 static void q4_K_rows_z(int64_t nb, const void *w, size_t wstride, int nr, const uint8_t *a,
+                                          size_t astride, int nc, float *y, size_t ldy, const blk_aux *aux)
+{
+    if (nb > Q4X_BLOCKS) {   /* long rows: the AVX-VNNI kernel */
+        q4_K_rows_vnni(nb, w, wstride, nr, a, astride, nc, y, ldy, aux);
+        return;
+    }
+    _Alignas(64) int8_t q8z[Q4X_BLOCKS * NA_BLK * QK_K];
+    static const int off[8] = { 0, 64, 32, 96, 128, 192, 160, 224 };   /* source of each 32-byte piece */
+    for (int64_t i = 0; i < nb; i++)
+        for (int c = 0; c < nc; c++) {
+            const int8_t *src = YBLK(c)[i].qs;
+            int8_t *dst = q8z + ((size_t)i * NA_BLK + (size_t)c) * QK_K;
+            for (int k = 0; k < 8; k++) _mm256_store_si256((__m256i *)(dst + 32 * k), load256(src + off[k]));
+        }
+    switch (nc) {
+    case 8: Q4_ROWS_LOOPZ(8); break;
+    case 4: Q4_ROWS_LOOPZ(4); break;
+    case 3: Q4_ROWS_LOOPZ(3); break;
+    default: Q4_ROWS_LOOPZ(2); break;
+    }
+}
+void quant_avx512_gemm_q4_K(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
+                            float *y, size_t ldy)
+{
+    gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_q4_K), q4_K_rows_z, quant_avxvnni_dot_q4_K);
+}
+#else
+void quant_avx512_gemm_q4_K(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
+                            float *y, size_t ldy)
+{
+    quant_avxvnni_gemm_q4_K(n, w, wstride, nw, a, astride, na, y, ldy);
+}
+#endif
+
 /* ==== Q5_K ====
  * Dot (quant_avx2_dot_q5_K), per super-block: summs += dmin * hsum(mins .
  * q8s) as one scalar FMA (fused as GCC contracts ggml's line), sumi =

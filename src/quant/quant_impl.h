@@ -253,5 +253,9 @@ QUANT_GEMM_DECL_AVXVNNI(q4_0);
 QUANT_GEMM_DECL_AVXVNNI(q5_0);
 QUANT_GEMM_DECL_AVXVNNI(q4_1);
 QUANT_GEMM_DECL_AVXVNNI(q5_1);
+/* quant_gemm_k_avx2.c: 512-bit kernels, bit-identical to the AVX-VNNI ones;
+ * only for CPU_ISA_AVX512 (quant_ops_get checks the CPU). */
+void quant_avx512_gemm_q4_K(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
+                            float *y, size_t ldy);
 
 #endif

@@ -34,6 +34,7 @@ cpu_features cpu_detect(void)
         __cpuid_count(7, 0, a, b, c, d);
         f.avx2 = ymm_ok && ((b >> 5) & 1);
         f.avx512f = zmm_ok && ((b >> 16) & 1);
+        f.avx512 = f.avx512f && ((b >> 30) & 1) && ((b >> 31) & 1) && ((c >> 11) & 1);   /* BW, VL, VNNI */
         __cpuid_count(7, 1, a, b, c, d);
         f.avxvnni = ymm_ok && ((a >> 4) & 1);
     }
@@ -48,13 +49,19 @@ cpu_isa cpu_best_isa(void)
     if (env && strcmp(env, "scalar") == 0) return CPU_ISA_SCALAR;
     cpu_features f = cpu_detect();
     if (!(f.avx2 && f.fma && f.f16c)) return CPU_ISA_SCALAR;
-    if (f.avxvnni && !(env && strcmp(env, "avx2") == 0)) return CPU_ISA_AVXVNNI;
-    return CPU_ISA_AVX2;
+    if (env && strcmp(env, "avx2") == 0) return CPU_ISA_AVX2;
+    if (!f.avxvnni) return CPU_ISA_AVX2;
+    /* the AVX-512 kernels fall back on AVX-VNNI ones: both are required */
+    if (f.avx512 && !(env && strcmp(env, "avxvnni") == 0)) return CPU_ISA_AVX512;
+    return CPU_ISA_AVXVNNI;
 }
 
 const char *cpu_isa_name(cpu_isa isa)
 {
-    return isa == CPU_ISA_AVXVNNI ? "avxvnni" : isa == CPU_ISA_AVX2 ? "avx2" : "scalar";
+    return isa == CPU_ISA_AVX512    ? "avx512"
+           : isa == CPU_ISA_AVXVNNI ? "avxvnni"
+           : isa == CPU_ISA_AVX2    ? "avx2"
+                                    : "scalar";
 }
 
 int cpu_count(void)

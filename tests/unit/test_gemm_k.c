@@ -256,12 +256,13 @@ static void run_type_long(int t, cpu_isa isa)
     }
 }
 
-/* Each type on the AVX2 kernels and on the AVX-VNNI ones (on a CPU
- * without AVX-VNNI quant_ops_get hands out AVX2 again: a repeat). */
+/* Each type on the AVX2 kernels, the AVX-VNNI ones and the AVX-512 ones
+ * (on a CPU without them quant_ops_get hands out the next lower level
+ * again: a repeat). */
 static void gemm_both(int t)
 {
-    for (int v = 0; v < 2; v++) {
-        const cpu_isa isa = v ? CPU_ISA_AVXVNNI : CPU_ISA_AVX2;
+    for (int v = 0; v < 3; v++) {
+        const cpu_isa isa = v == 2 ? CPU_ISA_AVX512 : v ? CPU_ISA_AVXVNNI : CPU_ISA_AVX2;
         run_type(t, isa);
         run_type_big(t, isa);
         run_type_long(t, isa);
@@ -288,6 +289,8 @@ TEST(test_gemm_dispatch)
         quant_ops v;
         CHECK(quant_ops_get(k_types[i], CPU_ISA_AVXVNNI, &v, NULL) == 0);
         CHECK_MSG(v.gemm != NULL, "%s: AVX-VNNI ops has no gemm", qtype_name(k_types[i]));
+        CHECK(quant_ops_get(k_types[i], CPU_ISA_AVX512, &v, NULL) == 0);
+        CHECK_MSG(v.gemm != NULL, "%s: AVX-512 ops has no gemm", qtype_name(k_types[i]));
     }
 }
 
