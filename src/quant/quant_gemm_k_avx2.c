@@ -398,6 +398,38 @@ static inline void store_rows(__m256 v, int nc, float *y, size_t ldy)
  * arithmetic is the same, operation for operation. Each block's first
  * step is the madd itself (0 + madd: exact), so no zeroed register is
  * copied per row and block. */
+/* Per super-block x of the Q4_K row kernels: the mins term of every row
+ * pair into acc_m, and the rows' d (vd8 lane c = y.d * h2f(x.d)) and the
+ * scale dwords (s[2j] low nibbles, s[2j+1] high nibbles of step j). */
+static ALWAYS_INLINE void q4_K_head(const block_q4_K *x, const blk_aux *ax, const int np, __m256 *acc_m, __m256 *vd8,
+                                    __m256i *scales)
+{
+    const __m128i head = _mm_loadu_si128((const __m128i *)x);   /* d, dmin, scales[12] */
+    const __m128 dh = _mm_cvtph_ps(head);                       /* h2f(x.d), h2f(x.dmin), . . */
+    *vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_broadcastss_ps(dh));
+    const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_broadcastss_ps(_mm_movehdup_ps(dh)));
+    const __m256i sm = k4_scales_mins(head);
+    const __m256i mins2 = _mm256_shuffle_epi8(sm, k4_mins16());
+    *scales = _mm256_shuffle_epi8(sm, k4_sc32());
+#pragma GCC unroll 4
+    for (int p = 0; p < np; p++) {
+        const __m256i prod = _mm256_madd_epi16(mins2, load256(&ax->q8s[2 * p]));
+        acc_m[p] = _mm256_fmadd_ps(lane_pair(vdmin8, p), _mm256_cvtepi32_ps(prod), acc_m[p]);
+    }
+}
+
+/* y = hsum_f32_8(acc) + hsum_f32_4(acc_m), all nc rows at once */
+static ALWAYS_INLINE void q4_K_store(const __m256 *acc, const __m256 *acc_m, const int nc, float *y, size_t ldy)
+{
+    const int np = (nc + 1) / 2;
+    __m256 v[NA_BLK], m[NA_BLK / 2];
+#pragma GCC unroll 8
+    for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int p = 0; p < NA_BLK / 2; p++) m[p] = p < np ? acc_m[p] : _mm256_setzero_ps();
+    store_rows(_mm256_add_ps(hsum8_rows(v), hsum4_pairs(m)), nc, y, ldy);
+}
+
 static ALWAYS_INLINE void q4_K_core(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int8_t *q8x,
                                     const int nc, float *y, size_t ldy, const blk_aux *aux, const int vnni)
 {
@@ -410,18 +442,9 @@ static ALWAYS_INLINE void q4_K_core(int64_t nb, const void *vw, const uint8_t *a
 #pragma GCC unroll 4
     for (int p = 0; p < np; p++) acc_m[p] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const blk_aux *ax = aux + i;
-        const __m128i head = _mm_loadu_si128((const __m128i *)&x[i]);   /* d, dmin, scales[12] */
-        const __m128 dh = _mm_cvtph_ps(head);                            /* h2f(x.d), h2f(x.dmin), . . */
-        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_broadcastss_ps(dh));
-        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_broadcastss_ps(_mm_movehdup_ps(dh)));
-        const __m256i sm = k4_scales_mins(head);
-        const __m256i scales = _mm256_shuffle_epi8(sm, k4_sc32()), mins2 = _mm256_shuffle_epi8(sm, k4_mins16());
-#pragma GCC unroll 4
-        for (int p = 0; p < np; p++) {
-            const __m256i prod = _mm256_madd_epi16(mins2, load256(&ax->q8s[2 * p]));
-            acc_m[p] = _mm256_fmadd_ps(lane_pair(vdmin8, p), _mm256_cvtepi32_ps(prod), acc_m[p]);
-        }
+        __m256 vd8;
+        __m256i scales;
+        q4_K_head(&x[i], aux + i, np, acc_m, &vd8, &scales);
         bcast_buf sb;
         _mm256_store_si256((__m256i *)sb.i, scales);
         _mm256_store_ps(sb.f, vd8);
@@ -449,13 +472,7 @@ static ALWAYS_INLINE void q4_K_core(int64_t nb, const void *vw, const uint8_t *a
         for (int c = 0; c < nc; c++)
             acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sb.f[c]), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
     }
-    /* y = hsum_f32_8(acc) + hsum_f32_4(acc_m), all rows at once */
-    __m256 v[NA_BLK], m[NA_BLK / 2];
-#pragma GCC unroll 8
-    for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int p = 0; p < NA_BLK / 2; p++) m[p] = p < np ? acc_m[p] : _mm256_setzero_ps();
-    store_rows(_mm256_add_ps(hsum8_rows(v), hsum4_pairs(m)), nc, y, ldy);
+    q4_K_store(acc, acc_m, nc, y, ldy);
 }
 
 static ALWAYS_INLINE void q4_K_k(int64_t nb, const void *vw, const uint8_t *a, size_t astride, const int nc,
@@ -548,22 +565,12 @@ GEMM_TARGET_AVX512 static ALWAYS_INLINE void q4_K_kz(int64_t nb, const void *vw,
 #pragma GCC unroll 4
     for (int p = 0; p < np; p++) acc_m[p] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const blk_aux *ax = aux + i;
-        const __m128i head = _mm_loadu_si128((const __m128i *)&x[i]);
-        const __m128 dh = _mm_cvtph_ps(head);
-        const __m256 vd8 = _mm256_mul_ps(_mm256_loadu_ps(ax->yd), _mm256_broadcastss_ps(dh));
-        const __m256 vdmin8 = _mm256_mul_ps(_mm256_loadu_ps(ax->nyd), _mm256_broadcastss_ps(_mm_movehdup_ps(dh)));
-        const __m256i sm = k4_scales_mins(head);
-        const __m256i scales = _mm256_shuffle_epi8(sm, k4_sc32()), mins2 = _mm256_shuffle_epi8(sm, k4_mins16());
-#pragma GCC unroll 4
-        for (int p = 0; p < np; p++) {
-            const __m256i prod = _mm256_madd_epi16(mins2, load256(&ax->q8s[2 * p]));
-            acc_m[p] = _mm256_fmadd_ps(lane_pair(vdmin8, p), _mm256_cvtepi32_ps(prod), acc_m[p]);
-        }
+        __m256 vd8;
+        __m256i scales;
+        q4_K_head(&x[i], aux + i, np, acc_m, &vd8, &scales);
         bcast_buf sb;
         _mm256_store_ps(sb.f, vd8);
         BCAST_BARRIER(sb);
-        /* scale dwords: s[2j] low nibbles, s[2j+1] high nibbles of step j */
         const __m512i sc = _mm512_castsi256_si512(scales);
         const __m512i sl0 = _mm512_permutexvar_epi32(sel0, sc), sh0 = _mm512_permutexvar_epi32(sel1, sc);
         const __m512i sl1 = _mm512_permutexvar_epi32(_mm512_add_epi32(sel0, four), sc);
@@ -583,12 +590,7 @@ GEMM_TARGET_AVX512 static ALWAYS_INLINE void q4_K_kz(int64_t nb, const void *vw,
             acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sb.f[c]), _mm256_cvtepi32_ps(sumi), acc[c]);
         }
     }
-    __m256 v[NA_BLK], m[NA_BLK / 2];
-#pragma GCC unroll 8
-    for (int c = 0; c < NA_BLK; c++) v[c] = c < nc ? acc[c] : _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int p = 0; p < NA_BLK / 2; p++) m[p] = p < np ? acc_m[p] : _mm256_setzero_ps();
-    store_rows(_mm256_add_ps(hsum8_rows(v), hsum4_pairs(m)), nc, y, ldy);
+    q4_K_store(acc, acc_m, nc, y, ldy);
 }
 #define Q4_ROWS_LOOPZ(NC) \
     for (int r = 0; r < nr; r++) q4_K_kz(nb, (const uint8_t *)w + (size_t)r * wstride, q8z, NC, y + r, ldy, aux)
