@@ -602,6 +602,19 @@ static void bench(void)
         printf("\n");
     }
     cuda_attention_force_cluster(g_cu, 0);
+    /* query heads a CTA: 1, 2, 4, 8 against the heuristic (4 on this shape) */
+    static const int ph[] = { 0, 150, 511, 2999, 8191 };
+    for (size_t i = 0; i < sizeof ph / sizeof ph[0]; i++) {
+        a.f16 = 1;
+        cuda_upload(g_cu, a.pos, &ph[i], sizeof(int32_t), &e);
+        printf("bench: attention f16 pos %5d by heads a CTA:", ph[i]);
+        for (int gb = 1; gb <= 8; gb *= 2) {
+            cuda_attention_force_heads(g_cu, gb);
+            printf(" %d %.2f us", gb, time_ms(run_attn, &a, 50) * 1e3);
+        }
+        cuda_attention_force_heads(g_cu, 0);
+        printf(" default %.2f us\n", time_ms(run_attn, &a, 50) * 1e3);
+    }
     am_bench am = { a.pos, a.k, 151936 };
     printf("bench: argmax 151936: %.2f us\n", time_ms(run_argmax, &am, 100) * 1e3);
     int32_t *ids = dev_alloc(sizeof(int32_t));

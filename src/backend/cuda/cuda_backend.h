@@ -346,6 +346,10 @@ int  cuda_qk_norm_rope_store(cuda_ctx *c, float *q_dev, float *k_dev, const floa
  * allows, the default) for benchmarks comparing sizes; results differ only
  * in the merge's summation order. */
 void cuda_attention_force_cluster(cuda_ctx *c, int n);
+/* Sets the decode attention's query heads a CTA (1, 2, 4 or 8, used when
+ * it divides the group; 0: the heuristic, the default) for benchmarks;
+ * results differ only in summation order. */
+void cuda_attention_force_heads(cuda_ctx *c, int gb);
 int  cuda_attention_decode(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
                            int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,
                            const int32_t *pos_dev, float scale, err *e);

@@ -31,6 +31,7 @@ struct cuda_ctx {
     int          mv_force;   /* cuda_matvec_force: 0 by shape, 1 tile, 2 direct */
     int          pdl;        /* cuda_set_pdl: kernels launched as programmatic dependents */
     int          at_cluster; /* cuda_attention_force_cluster: cap on the attention's cluster, 0 none */
+    int          at_heads;   /* cuda_attention_force_heads: query heads a CTA (1, 2, 4, 8), 0 the heuristic */
 };
 
 /* Record a failed CUDA call as ERR_INTERNAL ("what: cudaErrorX: text").
@@ -54,7 +55,8 @@ static inline int cuda_launch_check(err *e, const char *what)
  * scheduled once every CTA of the previous grid has passed pdl_enter, so
  * the launch latency and the previous grid's tail overlap. Contract for
  * every kernel of this folder: pdl_enter() is its first statement, before
- * any global memory access. griddepcontrol.wait returns once the previous
+ * any global memory access (one exception, k_attn: it reads the position,
+ * written two or more launches back, and issues L2 prefetches first). griddepcontrol.wait returns once the previous
  * grid has completed and its writes are visible (transitively: that grid
  * itself waited for its predecessor before completing); launch_dependents
  * then lets the next grid start launching. Launched the ordinary way (or

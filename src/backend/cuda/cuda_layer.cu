@@ -470,7 +470,6 @@ __global__ void __launch_bounds__(AT_THREADS)
 k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const void *__restrict__ kc, int kf16,
        const void *__restrict__ vc, int vf16, const int32_t *__restrict__ pos, float scale)
 {
-    pdl_enter();
     constexpr int DM = DT ? DT : AT_DMAX;
     constexpr int UM = DM / 32;   /* dims per lane (most) */
     __shared__ __align__(16) float sq[GB * DM];
@@ -485,7 +484,14 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int G = n_head / n_head_kv;
     const int h0 = blockIdx.y * GB, hk = h0 / G, row = blockIdx.z;
-    const int n_kv = pos[0] + row + 1;
+    /* Before the wait on the previous kernel (it writes q and the newest
+     * K/V row): the K and V rows of this CTA's slice are prefetched into
+     * L2, so their DRAM latency overlaps the previous kernel instead of
+     * opening this one. Only the position is read here: it was written
+     * by a kernel at least two launches back (the step kernel of the last
+     * token, or a copy), complete before this grid can start (see
+     * pdl_enter), and read from L2 (__ldcg); prefetches return nothing. */
+    const int n_kv = __ldcg(pos) + row + 1;
     const size_t rs = (size_t)n_head_kv * D;   /* cache row stride, elements */
     const size_t hoff = (size_t)hk * D;
     const int kes = kf16 ? 2 : 4, ves = vf16 ? 2 : 4;
@@ -493,6 +499,11 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     int per = (n_kv + ncl - 1) / ncl;
     per = (per + 31) & ~31;
     const int j0 = min(rank * per, n_kv), j1 = min(j0 + per, n_kv);
+    for (int j = j0 + tid; j < j1; j += AT_THREADS) {
+        prefetch_span((const char *)kc + ((size_t)j * rs + hoff) * kes, D * kes);
+        prefetch_span((const char *)vc + ((size_t)j * rs + hoff) * ves, D * ves);
+    }
+    pdl_enter();
 
     const float *qr = q + (size_t)row * n_head * D + (size_t)h0 * D;
     for (int t = tid; t < GB * D; t += AT_THREADS) sq[(t / D) * DM + t % D] = qr[t];
@@ -707,6 +718,7 @@ static int attn_run(cuda_ctx *c, float *out, const float *q, int n_q, int n_q_gr
     while (G % gb) gb /= 2;
     const int64_t sms = c->info.sm_count > 0 ? c->info.sm_count : 132;
     while (gb > 1 && (int64_t)CL_MAX * (n_head / gb) * n_q_grid * 2 <= sms * 3 / 2) gb /= 2;
+    if (c->at_heads > 0 && c->at_heads <= 8 && G % c->at_heads == 0) gb = c->at_heads;
     const unsigned gy = (unsigned)(n_head / gb), gz = (unsigned)n_q;
     switch (gb) {
     case 8: return attn_launch<8>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
@@ -717,6 +729,7 @@ static int attn_run(cuda_ctx *c, float *out, const float *q, int n_q, int n_q_gr
 }
 
 extern "C" void cuda_attention_force_cluster(cuda_ctx *c, int n) { c->at_cluster = n > 0 ? n : 0; }
+extern "C" void cuda_attention_force_heads(cuda_ctx *c, int gb) { c->at_heads = gb > 0 ? gb : 0; }
 
 extern "C" int cuda_attention_decode(cuda_ctx *c, float *out, const float *q, int n_q, int n_head, int n_head_kv,
                                      int head_dim, const void *k, int k_f16, const void *v, int v_f16,
