@@ -80,11 +80,12 @@ static const quant_gemm_fn k_gemm_avxvnni[QTYPE_MAX_ID] = {
 };
 
 /* AVX-512 gemm kernels (bit-identical to the AVX-VNNI ones), for
- * CPU_ISA_AVX512; a type without one keeps its AVX-VNNI kernel. Only the
- * Q4_K experts so far (bench/RESULTS.md: pp512 ~1.2x); the other types are
- * not tried yet. */
+ * CPU_ISA_AVX512; a type without one keeps its AVX-VNNI kernel: Q4_K (the
+ * experts of Q4_K files) and Q8_0 (bench/RESULTS.md, session 7); a 512-bit
+ * Q6_K was measured without a gain, the other types are not tried yet. */
 static const quant_gemm_fn k_gemm_avx512[QTYPE_MAX_ID] = {
     [QTYPE_Q4_K] = quant_avx512_gemm_q4_K,
+    [QTYPE_Q8_0] = quant_avx512_gemm_q8_0,
 };
 
 static const kernel_row *row_for(int type, err *e)

@@ -228,6 +228,85 @@ GEMM_INLINE void qb_rows(const int T, const int vnni, const int RA, int64_t nb, 
     for (; r < g; r++) qb_tile(T, vnni, 1, RA, nb, w + (size_t)r * wstride, wstride, a, astride, ya, y + r, ldy);
 }
 
+#ifdef GEMM_HAVE_AVX512
+/* ==== Q8_0 with 512-bit registers (CPU_ISA_AVX512) ====
+ * A tile of up to 8 activation rows as 4 row pairs, one pair a 512-bit
+ * register (row 2p in lanes 0-7, 2p+1 in lanes 8-15), against g weight
+ * rows, for rows of at most QZ_BLOCKS blocks. Per weight block, per pair:
+ *   s   = vpdpbusd(corr, w + 128, q8)   the weights made unsigned by +128
+ *         (xor 0x80) and corr = -128 * (each lane's 4 activation bytes
+ *         summed): s is the dot's int32 lane sum exactly (sum of w * a);
+ *   acc = fma(h2f(x.d) * ya, cvt(s), acc)   ya the row's h2f(y.d): the
+ *         dot's single float product, its convert and FMA, lane for lane.
+ * Each half's 8 lanes then go through hsum_f32_8: the dot's result bit
+ * for bit. Every ALU operation here is one 512-bit uop doing two rows'
+ * work; the 256-bit kernel's sign, dot, convert and FMA all compete for
+ * the same two ports (p0, p1), which bounds it near half the int8 peak. */
+#define QZ_BLOCKS 128   /* rows up to 4096 values; the packed tile is nb * 768 bytes of stack */
+typedef struct qz_tile {
+    _Alignas(64) int8_t q8[QZ_BLOCKS * 4 * 64];    /* [i][p]: row 2p's 32 quants, row 2p+1's */
+    _Alignas(64) int32_t corr[QZ_BLOCKS * 4 * 16]; /* [i][p]: -128 * 4-byte sums, per lane */
+    _Alignas(64) float ya[QZ_BLOCKS * 4 * 16];     /* [i][p]: h2f(y.d) of row 2p x8, of 2p+1 x8 */
+} qz_tile;
+
+/* Pack ra (<= 8) activation rows of nb Q8_0 blocks; rows >= ra are zero. */
+GEMM_TARGET_AVX512 static void qz_pack(qz_tile *t, int64_t nb, const uint8_t *a, size_t astride, int ra)
+{
+    const __m512i u128 = _mm512_set1_epi8((char)0x80);
+    for (int64_t i = 0; i < nb; i++)
+        for (int p = 0; p < 4; p++) {
+            __m256i q[2];
+            float d[2];
+            for (int h = 0; h < 2; h++) {
+                const int c = 2 * p + h;
+                const block_q8_0 *b = (const block_q8_0 *)(a + (size_t)c * astride) + i;
+                q[h] = c < ra ? _mm256_loadu_si256((const __m256i *)b->qs) : _mm256_setzero_si256();
+                d[h] = c < ra ? h2f(b->d) : 0.0f;
+            }
+            const __m512i qq = _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
+            const size_t o = (size_t)i * 4 + (size_t)p;
+            _mm512_store_si512((void *)(t->q8 + o * 64), qq);
+            _mm512_store_si512((void *)(t->corr + o * 16),
+                               _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, qq)));
+            _mm512_store_ps(t->ya + o * 16, _mm512_castsi512_ps(_mm512_inserti64x4(
+                                                _mm512_castps_si512(_mm512_set1_ps(d[0])),
+                                                _mm256_castps_si256(_mm256_set1_ps(d[1])), 1)));
+        }
+}
+
+/* g weight rows (w, wstride apart) against a packed tile of ra rows:
+ * y[c * ldy + r]. */
+GEMM_TARGET_AVX512 static void qz_rows(int64_t nb, const uint8_t *w, size_t wstride, int g, const qz_tile *t, int ra,
+                                       float *y, size_t ldy)
+{
+    const __m512i u128 = _mm512_set1_epi8((char)0x80);
+    const int np = (ra + 1) / 2;
+    for (int r = 0; r < g; r++) {
+        const block_q8_0 *x = (const block_q8_0 *)(w + (size_t)r * wstride);
+        __m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+        for (int64_t i = 0; i < nb; i++) {
+            const __m512 xd = _mm512_set1_ps(h2f(x[i].d));
+            const __m512i wu = _mm512_xor_si512(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qs)), u128);
+            const size_t o = (size_t)i * 4;
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                if (p >= np) break;
+                const __m512 d = _mm512_mul_ps(xd, _mm512_load_ps(t->ya + (o + p) * 16));
+                const __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512((const void *)(t->corr + (o + p) * 16)), wu,
+                                                      _mm512_load_si512((const void *)(t->q8 + (o + p) * 64)));
+                acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+            }
+        }
+        for (int c = 0; c < ra; c++) {
+            const __m512 v = acc[c / 2];
+            const __m256 h = _mm256_castsi256_ps(c & 1 ? _mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)
+                                                        : _mm512_castsi512_si256(_mm512_castps_si512(v)));
+            y[(size_t)c * ldy + (size_t)r] = hsum_f32_8(h);
+        }
+    }
+}
+#endif
+
 /* Tuning knobs (overridable with -D for experiments; any value is correct). */
 #ifndef QB_L2_BYTES
 #define QB_L2_BYTES (256 * 1024)   /* weight bytes per cache group */
@@ -243,8 +322,8 @@ GEMM_INLINE void qb_rows(const int T, const int vnni, const int RA, int64_t nb, 
 
 /* Cache blocking: groups of weight rows of ~QB_L2_BYTES stay in L2 while
  * every activation tile (QB_RA rows, L1/L2) passes over them. */
-GEMM_INLINE void qb_gemm(const int T, const int vnni, int64_t n, const void *vw, size_t wstride, int nw,
-                         const void *va, size_t astride, int na, float *y, size_t ldy)
+GEMM_INLINE void qb_gemm(const int T, const int vnni, const int z, int64_t n, const void *vw, size_t wstride, int nw,
+                         const void *va, size_t astride, int na, float *y, size_t ldy, void *zt)
 {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32;
@@ -259,6 +338,15 @@ GEMM_INLINE void qb_gemm(const int T, const int vnni, int64_t n, const void *vw,
             const int ra = na - c0 < QB_RA ? na - c0 : QB_RA;
             const uint8_t *at = a + (size_t)c0 * astride;
             float *yt = y + (size_t)c0 * ldy + (size_t)r0;
+#ifdef GEMM_HAVE_AVX512
+            if (z && T == K_Q8_0 && ra > 4 && nb <= QZ_BLOCKS) {   /* the tile packed once per weight group */
+                qz_pack((qz_tile *)zt, nb, at, astride, ra);
+                qz_rows(nb, wg, wstride, g, (const qz_tile *)zt, ra, yt, ldy);
+                continue;
+            }
+#else
+            (void)z; (void)zt;
+#endif
             const float *ya = NULL;
             if (ra > 4 && nb <= QB_YA_BLOCKS) {
                 for (int64_t i = 0; i < nb; i++)
@@ -280,17 +368,17 @@ GEMM_INLINE void qb_gemm(const int T, const int vnni, int64_t n, const void *vw,
     }
 }
 
-QUANT_GEMM_DECL(q8_0) { qb_gemm(K_Q8_0, 0, n, w, wstride, nw, a, astride, na, y, ldy); }
-QUANT_GEMM_DECL(q4_0) { qb_gemm(K_Q4_0, 0, n, w, wstride, nw, a, astride, na, y, ldy); }
-QUANT_GEMM_DECL(q5_0) { qb_gemm(K_Q5_0, 0, n, w, wstride, nw, a, astride, na, y, ldy); }
-QUANT_GEMM_DECL(q4_1) { qb_gemm(K_Q4_1, 0, n, w, wstride, nw, a, astride, na, y, ldy); }
-QUANT_GEMM_DECL(q5_1) { qb_gemm(K_Q5_1, 0, n, w, wstride, nw, a, astride, na, y, ldy); }
+QUANT_GEMM_DECL(q8_0) { qb_gemm(K_Q8_0, 0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q4_0) { qb_gemm(K_Q4_0, 0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q5_0) { qb_gemm(K_Q5_0, 0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q4_1) { qb_gemm(K_Q4_1, 0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q5_1) { qb_gemm(K_Q5_1, 0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
 
 /* The same with vpdpbusd for maddubs + madd (bit-identical); without
  * compiler support for AVX-VNNI, the AVX2 kernels. */
 #ifdef GEMM_HAVE_AVXVNNI
 #define QB_VNNI(t, K) \
-    GEMM_TARGET_VNNI QUANT_GEMM_DECL_AVXVNNI(t) { qb_gemm(K, 1, n, w, wstride, nw, a, astride, na, y, ldy); }
+    GEMM_TARGET_VNNI QUANT_GEMM_DECL_AVXVNNI(t) { qb_gemm(K, 1, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
 #else
 #define QB_VNNI(t, K) QUANT_GEMM_DECL_AVXVNNI(t) { quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); }
 #endif
@@ -299,6 +387,23 @@ QB_VNNI(q4_0, K_Q4_0)
 QB_VNNI(q5_0, K_Q5_0)
 QB_VNNI(q4_1, K_Q4_1)
 QB_VNNI(q5_1, K_Q5_1)
+
+/* Q8_0 with the 512-bit tiles of 5-8 activation rows (qz_rows; smaller
+ * tiles and longer rows: the AVX-VNNI kernel), bit-identical. */
+#ifdef GEMM_HAVE_AVX512
+GEMM_TARGET_AVX512 void quant_avx512_gemm_q8_0(int64_t n, const void *w, size_t wstride, int nw, const void *a,
+                                               size_t astride, int na, float *y, size_t ldy)
+{
+    qz_tile t;   /* 96 KB of stack */
+    qb_gemm(K_Q8_0, 1, 1, n, w, wstride, nw, a, astride, na, y, ldy, &t);
+}
+#else
+void quant_avx512_gemm_q8_0(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
+                            float *y, size_t ldy)
+{
+    quant_avxvnni_gemm_q8_0(n, w, wstride, nw, a, astride, na, y, ldy);
+}
+#endif
 
 /* ==== F32 / F16 / BF16 ====
  * Per pair, as the dots: s0..s3 += x[i + 8k] * y[i + 8k] (fused) over the

@@ -257,5 +257,8 @@ QUANT_GEMM_DECL_AVXVNNI(q5_1);
  * only for CPU_ISA_AVX512 (quant_ops_get checks the CPU). */
 void quant_avx512_gemm_q4_K(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
                             float *y, size_t ldy);
+/* quant_gemm_avx2.c */
+void quant_avx512_gemm_q8_0(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
+                            float *y, size_t ldy);
 
 #endif

@@ -148,10 +148,11 @@ static void run_type(int t)
     static const int64_t ns[] = { 32, 64, 256, 2048, 4096 };
     /* Float types have no blocks: ragged n exercises the dots' scalar tails. */
     static const int64_t ns_float[] = { 1, 5, 35, 1000, 1027 };
-    /* the AVX2 kernels, then the AVX-VNNI ones (the block types; on a CPU
-     * without AVX-VNNI quant_ops_get hands out AVX2 again: a repeat) */
-    for (int v = 0; v < 2; v++) {
-        const cpu_isa isa = v ? CPU_ISA_AVXVNNI : CPU_ISA_AVX2;
+    /* the AVX2 kernels, then the AVX-VNNI ones (the block types), then the
+     * AVX-512 ones (Q8_0; on a CPU without an ISA quant_ops_get hands out
+     * the next lower one again: a repeat) */
+    for (int v = 0; v < 3; v++) {
+        const cpu_isa isa = v == 2 ? CPU_ISA_AVX512 : v ? CPU_ISA_AVXVNNI : CPU_ISA_AVX2;
         rng g = { 0x1234u + (uint64_t)t * 7919u };
         for (int i = 0; i < 5; i++) {
             CHECK_EQ_INT(check_type_n(t, ns[i], &g, i % 2, isa), 0);
