@@ -418,6 +418,15 @@ static ALWAYS_INLINE void q4_K_head(const block_q4_K *x, const blk_aux *ax, cons
     }
 }
 
+/* The Q4_K row kernels' accumulators: nc rows, (nc + 1) / 2 row pairs. */
+static ALWAYS_INLINE void q4_K_zero(__m256 *acc, __m256 *acc_m, const int nc)
+{
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int p = 0; p < (nc + 1) / 2; p++) acc_m[p] = _mm256_setzero_ps();
+}
+
 /* y = hsum_f32_8(acc) + hsum_f32_4(acc_m), all nc rows at once */
 static ALWAYS_INLINE void q4_K_store(const __m256 *acc, const __m256 *acc_m, const int nc, float *y, size_t ldy)
 {
@@ -437,10 +446,7 @@ static ALWAYS_INLINE void q4_K_core(int64_t nb, const void *vw, const uint8_t *a
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const int np = (nc + 1) / 2;
     __m256 acc[NA_BLK], acc_m[NA_BLK / 2];
-#pragma GCC unroll 8
-    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int p = 0; p < np; p++) acc_m[p] = _mm256_setzero_ps();
+    q4_K_zero(acc, acc_m, nc);
     for (int64_t i = 0; i < nb; i++) {
         __m256 vd8;
         __m256i scales;
@@ -560,10 +566,7 @@ GEMM_TARGET_AVX512 static ALWAYS_INLINE void q4_K_kz(int64_t nb, const void *vw,
     const __m512i four = _mm512_set1_epi32(4);
     const int np = (nc + 1) / 2;
     __m256 acc[NA_BLK], acc_m[NA_BLK / 2];
-#pragma GCC unroll 8
-    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int p = 0; p < np; p++) acc_m[p] = _mm256_setzero_ps();
+    q4_K_zero(acc, acc_m, nc);
     for (int64_t i = 0; i < nb; i++) {
         __m256 vd8;
         __m256i scales;
