@@ -266,8 +266,8 @@ GEMM_TARGET_AVX512 static void qz_pack(qz_tile *t, int64_t nb, const uint8_t *a,
             const __m512i qq = _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
             const size_t o = (size_t)i * 4 + (size_t)p;
             _mm512_store_si512((void *)(t->q8 + o * 64), qq);
-            _mm512_store_si512((void *)(t->corr + o * 16),
-                               _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, qq)));
+            const __m512i sum128 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, qq);   /* 128 * 4-byte sums */
+            _mm512_store_si512((void *)(t->corr + o * 16), _mm512_sub_epi32(_mm512_setzero_si512(), sum128));
             _mm512_store_ps(t->ya + o * 16, _mm512_castsi512_ps(_mm512_inserti64x4(
                                                 _mm512_castps_si512(_mm512_set1_ps(d[0])),
                                                 _mm256_castps_si256(_mm256_set1_ps(d[1])), 1)));
@@ -286,7 +286,8 @@ GEMM_TARGET_AVX512 static void qz_rows(int64_t nb, const uint8_t *w, size_t wstr
         __m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
         for (int64_t i = 0; i < nb; i++) {
             const __m512 xd = _mm512_set1_ps(h2f(x[i].d));
-            const __m512i wu = _mm512_xor_si512(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qs)), u128);
+            const __m512i wq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qs));
+            const __m512i wu = _mm512_xor_si512(wq, u128);
             const size_t o = (size_t)i * 4;
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
@@ -321,8 +322,9 @@ GEMM_TARGET_AVX512 static void qz_rows(int64_t nb, const uint8_t *w, size_t wstr
 #define QB_YA_BLOCKS 1024
 
 /* Cache blocking: groups of weight rows of ~QB_L2_BYTES stay in L2 while
- * every activation tile (QB_RA rows, L1/L2) passes over them. */
-GEMM_INLINE void qb_gemm(const int T, const int vnni, const int z, int64_t n, const void *vw, size_t wstride, int nw,
+ * every activation tile (QB_RA rows, L1/L2) passes over them. zt: NULL,
+ * or (Q8_0 on CPU_ISA_AVX512) a qz_tile for the 512-bit tiles of 5-8 rows. */
+GEMM_INLINE void qb_gemm(const int T, const int vnni, int64_t n, const void *vw, size_t wstride, int nw,
                          const void *va, size_t astride, int na, float *y, size_t ldy, void *zt)
 {
     const uint8_t *w = vw, *a = va;
@@ -339,19 +341,20 @@ GEMM_INLINE void qb_gemm(const int T, const int vnni, const int z, int64_t n, co
             const uint8_t *at = a + (size_t)c0 * astride;
             float *yt = y + (size_t)c0 * ldy + (size_t)r0;
 #ifdef GEMM_HAVE_AVX512
-            if (z && T == K_Q8_0 && ra > 4 && nb <= QZ_BLOCKS) {   /* the tile packed once per weight group */
+            if (zt && T == K_Q8_0 && ra > 4 && nb <= QZ_BLOCKS) {   /* the tile packed once per weight group */
                 qz_pack((qz_tile *)zt, nb, at, astride, ra);
                 qz_rows(nb, wg, wstride, g, (const qz_tile *)zt, ra, yt, ldy);
                 continue;
             }
 #else
-            (void)z; (void)zt;
+            (void)zt;
 #endif
             const float *ya = NULL;
             if (ra > 4 && nb <= QB_YA_BLOCKS) {
                 for (int64_t i = 0; i < nb; i++)
                     for (int c = 0; c < 8; c++)
-                        yabuf[i * 8 + c] = c < ra ? h2f(rd16(at + (size_t)c * astride + (size_t)i * qb_asize(T))) : 0.0f;
+                        yabuf[i * 8 + c] =
+                            c < ra ? h2f(rd16(at + (size_t)c * astride + (size_t)i * qb_asize(T))) : 0.0f;
                 ya = yabuf;
             }
             switch (ra) {
@@ -368,17 +371,17 @@ GEMM_INLINE void qb_gemm(const int T, const int vnni, const int z, int64_t n, co
     }
 }
 
-QUANT_GEMM_DECL(q8_0) { qb_gemm(K_Q8_0, 0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
-QUANT_GEMM_DECL(q4_0) { qb_gemm(K_Q4_0, 0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
-QUANT_GEMM_DECL(q5_0) { qb_gemm(K_Q5_0, 0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
-QUANT_GEMM_DECL(q4_1) { qb_gemm(K_Q4_1, 0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
-QUANT_GEMM_DECL(q5_1) { qb_gemm(K_Q5_1, 0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q8_0) { qb_gemm(K_Q8_0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q4_0) { qb_gemm(K_Q4_0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q5_0) { qb_gemm(K_Q5_0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q4_1) { qb_gemm(K_Q4_1, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q5_1) { qb_gemm(K_Q5_1, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
 
 /* The same with vpdpbusd for maddubs + madd (bit-identical); without
  * compiler support for AVX-VNNI, the AVX2 kernels. */
 #ifdef GEMM_HAVE_AVXVNNI
 #define QB_VNNI(t, K) \
-    GEMM_TARGET_VNNI QUANT_GEMM_DECL_AVXVNNI(t) { qb_gemm(K, 1, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+    GEMM_TARGET_VNNI QUANT_GEMM_DECL_AVXVNNI(t) { qb_gemm(K, 1, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
 #else
 #define QB_VNNI(t, K) QUANT_GEMM_DECL_AVXVNNI(t) { quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); }
 #endif
@@ -395,7 +398,7 @@ GEMM_TARGET_AVX512 void quant_avx512_gemm_q8_0(int64_t n, const void *w, size_t 
                                                size_t astride, int na, float *y, size_t ldy)
 {
     qz_tile t;   /* 96 KB of stack */
-    qb_gemm(K_Q8_0, 1, 1, n, w, wstride, nw, a, astride, na, y, ldy, &t);
+    qb_gemm(K_Q8_0, 1, n, w, wstride, nw, a, astride, na, y, ldy, &t);
 }
 #else
 void quant_avx512_gemm_q8_0(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,

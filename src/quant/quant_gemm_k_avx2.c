@@ -501,6 +501,21 @@ static ALWAYS_INLINE void q4_K_kx(int64_t nb, const void *vw, const int8_t *q8x,
 {
     q4_K_core(nb, vw, NULL, 0, q8x, nc, y, ldy, aux, vnni);
 }
+/* Copy nc activation rows' quants of nb super-blocks into a packed
+ * buffer: super-block i of row c at dst + (i * NA_BLK + c) * QK_K, its
+ * 32-byte piece k taken from byte off[k] of the row's quants (q4x_off:
+ * as they are, for q4_K_kx; q4z_off: in step pairs, for q4_K_kz). */
+static const int q4x_off[8] = { 0, 32, 64, 96, 128, 160, 192, 224 };
+static ALWAYS_INLINE void q4_K_pack(int64_t nb, const uint8_t *a, size_t astride, int nc, int8_t *dst, const int *off)
+{
+    for (int64_t i = 0; i < nb; i++)
+        for (int c = 0; c < nc; c++) {
+            const int8_t *src = YBLK(c)[i].qs;
+            int8_t *d = dst + ((size_t)i * NA_BLK + (size_t)c) * QK_K;
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) _mm256_store_si256((__m256i *)(d + 32 * k), load256(src + off[k]));
+        }
+}
 #define Q4_ROWS_LOOPX(NC, VNNI) \
     for (int r = 0; r < nr; r++) q4_K_kx(nb, (const uint8_t *)w + (size_t)r * wstride, q8x, NC, y + r, ldy, aux, VNNI)
 #define Q4_ROWS_FN(name, attr, VNNI) \
@@ -517,13 +532,7 @@ static ALWAYS_INLINE void q4_K_kx(int64_t nb, const void *vw, const int8_t *q8x,
             return; \
         } \
         _Alignas(32) int8_t q8x[Q4X_BLOCKS * NA_BLK * QK_K]; \
-        for (int64_t i = 0; i < nb; i++) \
-            for (int c = 0; c < nc; c++) { \
-                const int8_t *src = YBLK(c)[i].qs; \
-                int8_t *dst = q8x + ((size_t)i * NA_BLK + (size_t)c) * QK_K; \
-                for (int k = 0; k < QK_K; k += 32) \
-                    _mm256_store_si256((__m256i *)(dst + k), load256(src + k)); \
-            } \
+        q4_K_pack(nb, a, astride, nc, q8x, q4x_off); \
         switch (nc) { \
         case 8: Q4_ROWS_LOOPX(8, VNNI); break; \
         case 4: Q4_ROWS_LOOPX(4, VNNI); break; \
@@ -541,23 +550,18 @@ DEFINE_GEMM(q4_K, quant_avxvnni_dot_q4_K)
 /* ==== Q4_K, AVX-512 (512-bit maddubs and vpdpwssd) ====
  * q4_K_kx's arithmetic with two of the four 64-weight steps j in one
  * 512-bit register: a 64-byte load of qs holds steps 2P (low half) and
- * 2P+1 (high half), the packed activations (q4z below) are laid out to
+ * 2P+1 (high half), the packed activations (q8z below) are laid out to
  * match, and each half is multiplied by its own step's scales. Lane l of
  * the low half then accumulates steps 0 and 2, of the high half steps 1
  * and 3; adding the halves gives the int32 sums q4_K_core's lane l holds
  * (the same products in the same int16 pairs, exact integer sums), and
  * the float part is q4_K_core's, operation for operation: bit-identical. */
-GEMM_TARGET_AVX512 static inline __m512i dp16z(__m512i acc, __m512i s16, __m512i p16)
-{
-    return _mm512_dpwssd_epi32(acc, s16, p16);
-}
-
 /* Activations of super-block i, row c at q8z + (i * NA_BLK + c) * QK_K, in
  * the order [0..32 | 64..96] [32..64 | 96..128] [128..160 | 192..224]
  * [160..192 | 224..256]: register 2P + h holds the quants that multiply
  * the low (h = 0) or high (h = 1) nibbles of qs[64P .. 64P + 64). */
-GEMM_TARGET_AVX512 static ALWAYS_INLINE void q4_K_kz(int64_t nb, const void *vw, const int8_t *q8z, const int nc, float *y, size_t ldy,
-                                  const blk_aux *aux)
+GEMM_TARGET_AVX512 static ALWAYS_INLINE void q4_K_kz(int64_t nb, const void *vw, const int8_t *q8z, const int nc,
+                                                      float *y, size_t ldy, const blk_aux *aux)
 {
     const block_q4_K *x = vw;
     const __m512i m4 = _mm512_set1_epi8(0xF);
@@ -586,9 +590,9 @@ GEMM_TARGET_AVX512 static ALWAYS_INLINE void q4_K_kz(int64_t nb, const void *vw,
         for (int c = 0; c < nc; c++) {
             const int8_t *q8 = q8z + ((size_t)i * NA_BLK + (size_t)c) * QK_K;
             __m512i s = _mm512_madd_epi16(sl0, _mm512_maddubs_epi16(l0, _mm512_load_si512((const void *)q8)));
-            s = dp16z(s, sh0, _mm512_maddubs_epi16(h0, _mm512_load_si512((const void *)(q8 + 64))));
-            s = dp16z(s, sl1, _mm512_maddubs_epi16(l1, _mm512_load_si512((const void *)(q8 + 128))));
-            s = dp16z(s, sh1, _mm512_maddubs_epi16(h1, _mm512_load_si512((const void *)(q8 + 192))));
+            s = _mm512_dpwssd_epi32(s, sh0, _mm512_maddubs_epi16(h0, _mm512_load_si512((const void *)(q8 + 64))));
+            s = _mm512_dpwssd_epi32(s, sl1, _mm512_maddubs_epi16(l1, _mm512_load_si512((const void *)(q8 + 128))));
+            s = _mm512_dpwssd_epi32(s, sh1, _mm512_maddubs_epi16(h1, _mm512_load_si512((const void *)(q8 + 192))));
             const __m256i sumi = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
             acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sb.f[c]), _mm256_cvtepi32_ps(sumi), acc[c]);
         }
@@ -604,14 +608,9 @@ GEMM_TARGET_AVX512 static void q4_K_rows_z(int64_t nb, const void *w, size_t wst
         q4_K_rows_vnni(nb, w, wstride, nr, a, astride, nc, y, ldy, aux);
         return;
     }
+    static const int q4z_off[8] = { 0, 64, 32, 96, 128, 192, 160, 224 };
     _Alignas(64) int8_t q8z[Q4X_BLOCKS * NA_BLK * QK_K];
-    static const int off[8] = { 0, 64, 32, 96, 128, 192, 160, 224 };   /* source of each 32-byte piece */
-    for (int64_t i = 0; i < nb; i++)
-        for (int c = 0; c < nc; c++) {
-            const int8_t *src = YBLK(c)[i].qs;
-            int8_t *dst = q8z + ((size_t)i * NA_BLK + (size_t)c) * QK_K;
-            for (int k = 0; k < 8; k++) _mm256_store_si256((__m256i *)(dst + 32 * k), load256(src + off[k]));
-        }
+    q4_K_pack(nb, a, astride, nc, q8z, q4z_off);
     switch (nc) {
     case 8: Q4_ROWS_LOOPZ(8); break;
     case 4: Q4_ROWS_LOOPZ(4); break;
