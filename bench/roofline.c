@@ -471,7 +471,8 @@ int main(int argc, char **argv)
         printf("| %s |", names[m]);
         for (int r = 0; r < nres; r++) {
             char b[96];
-            stat3 s = m == 0 ? res[r].read_gbs : m == 1 ? res[r].int8_gops : m == 2 ? res[r].int8z_gops : res[r].fp32_gflops;
+            const stat3 *ms[4] = { &res[r].read_gbs, &res[r].int8_gops, &res[r].int8z_gops, &res[r].fp32_gflops };
+            stat3 s = *ms[m];
             fmt_stat(b, sizeof b, s);
             printf(" %s |", b);
         }

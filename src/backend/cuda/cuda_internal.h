@@ -56,11 +56,12 @@ static inline int cuda_launch_check(err *e, const char *what)
  * the launch latency and the previous grid's tail overlap. Contract for
  * every kernel of this folder: pdl_enter() is its first statement, before
  * any global memory access (one exception, k_attn: it reads the position,
- * written two or more launches back, and issues L2 prefetches first). griddepcontrol.wait returns once the previous
- * grid has completed and its writes are visible (transitively: that grid
- * itself waited for its predecessor before completing); launch_dependents
- * then lets the next grid start launching. Launched the ordinary way (or
- * after a copy or an event wait) both are no-ops. */
+ * written two or more launches back, and issues L2 prefetches first).
+ * griddepcontrol.wait returns once the previous grid has completed and its
+ * writes are visible (transitively: that grid itself waited for its
+ * predecessor before completing); launch_dependents then lets the next grid
+ * start launching. Launched the ordinary way (or after a copy or an event
+ * wait) both are no-ops. */
 __device__ __forceinline__ void pdl_enter()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -684,17 +684,17 @@ static int attn_launch(cuda_ctx *c, int D, unsigned gy, unsigned gz, err *e, flo
 {
     switch (D) {
     case 64:
-        return launch_clustered(c, k_attn<GB, 64>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q, n_head,
-                                n_head_kv, D, k, kf16, v, vf16, pos, scale);
+        return launch_clustered(c, k_attn<GB, 64>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
+                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale);
     case 128:
-        return launch_clustered(c, k_attn<GB, 128>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q, n_head,
-                                n_head_kv, D, k, kf16, v, vf16, pos, scale);
+        return launch_clustered(c, k_attn<GB, 128>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
+                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale);
     case 256:
-        return launch_clustered(c, k_attn<GB, 256>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q, n_head,
-                                n_head_kv, D, k, kf16, v, vf16, pos, scale);
+        return launch_clustered(c, k_attn<GB, 256>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
+                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale);
     default:
-        return launch_clustered(c, k_attn<GB, 0>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q, n_head,
-                                n_head_kv, D, k, kf16, v, vf16, pos, scale);
+        return launch_clustered(c, k_attn<GB, 0>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
+                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale);
     }
 }
 
