@@ -55,8 +55,11 @@ static inline int cuda_launch_check(err *e, const char *what)
  * scheduled once every CTA of the previous grid has passed pdl_enter, so
  * the launch latency and the previous grid's tail overlap. Contract for
  * every kernel of this folder: pdl_enter() is its first statement, before
- * any global memory access (one exception, k_attn: it reads the position,
- * written two or more launches back, and issues L2 prefetches first).
+ * any global memory access. Two exceptions: k_attn reads the position,
+ * written two or more launches back, and issues L2 prefetches first;
+ * k_matvec_direct, for a matrix chosen by its arguments alone (no ids),
+ * prefetches that matrix's rows into L2 first. A prefetch reads nothing
+ * into the program, so it cannot observe a write it should have waited for.
  * griddepcontrol.wait returns once the previous grid has completed and its
  * writes are visible (transitively: that grid itself waited for its
  * predecessor before completing); launch_dependents then lets the next grid

@@ -521,14 +521,6 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     for (int tb = j0 + warp * 32; tb < j1; tb += AT_WARPS * 32) {
         const int j = tb + lane;
         const int valid = j < j1;
-        if (valid) {   /* this tile's V row, the next tile's K and V rows -> L2 */
-            prefetch_span((const char *)vc + ((size_t)j * rs + hoff) * ves, D * ves);
-            const int jn = j + AT_WARPS * 32;
-            if (jn < j1) {
-                prefetch_span((const char *)kc + ((size_t)jn * rs + hoff) * kes, D * kes);
-                prefetch_span((const char *)vc + ((size_t)jn * rs + hoff) * ves, D * ves);
-            }
-        }
         /* scores: lane = position */
         float s[GB];
 #pragma unroll
@@ -606,7 +598,11 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
         __syncwarp();
     }
 
-    /* merge the warps (in warp order) at the CTA's max */
+    /* merge the warps (in warp order) at the CTA's max. Warps past the
+     * slice's last tile hold m = -inf (factor 0): their terms would add
+     * fmaf(0, 0, a) = a, so the loop stops at the last warp with a tile
+     * (the same sums; at a short context 1 of 8 barriers) */
+    const int wused = min(AT_WARPS, (j1 - j0 + 31) / 32);
     if (lane == 0)
 #pragma unroll
         for (int g = 0; g < GB; g++) { swm[warp][g] = m[g]; swl[warp][g] = l[g]; }
@@ -624,7 +620,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
             sL[g] = L;
         }
     }
-    for (int w = 0; w < AT_WARPS; w++) {
+    for (int w = 0; w < wused; w++) {
         if (warp == w) {
 #pragma unroll
             for (int g = 0; g < GB; g++)
