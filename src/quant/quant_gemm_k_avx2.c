@@ -599,8 +599,80 @@ GEMM_TARGET_AVX512 static ALWAYS_INLINE void q4_K_kz(int64_t nb, const void *vw,
     }
     q4_K_store(acc, acc_m, nc, y, ldy);
 }
-#define Q4_ROWS_LOOPZ(NC) \
-    for (int r = 0; r < nr; r++) q4_K_kz(nb, (const uint8_t *)w + (size_t)r * wstride, q8z, NC, y + r, ldy, aux)
+/* ==== Q4_K, AVX-512, two activation rows a register (groups of 4 and 8) ====
+ * A 512-bit register holds the same 32-byte piece of two activation rows
+ * (row 2p low half, row 2p + 1 high half), and each step's 32 bytes of qs
+ * are broadcast to both halves. Lane l of each half then accumulates
+ * q4_K_core's lane l of its own row exactly (the same maddubs int16 pairs,
+ * the same vpdpwssd int32 sums, the same scale per step), and the float
+ * FMA per lane is q4_K_core's, so the halves are q4_K_core's acc[2p] and
+ * acc[2p + 1]: bit-identical. Against q4_K_kz this drops the per-row fold
+ * of the two 256-bit halves (an extract and an add a row and super-block)
+ * and converts and scales two rows with one instruction each, for four
+ * more nibble unpacks a weight row and super-block (shared by all pairs),
+ * so it is taken for 4 and 8 rows, where the pairs are full. */
+/* Activations of super-block i, row pair p at q8p + (i * NA_BLK + 2p) *
+ * QK_K: 8 pieces of 64 bytes, piece k = [row 2p quants 32k .. 32k + 32 |
+ * row 2p + 1 quants 32k .. 32k + 32]. */
+static ALWAYS_INLINE void q4_K_pack_pairs(int64_t nb, const uint8_t *a, size_t astride, int nc, int8_t *dst)
+{
+    for (int64_t i = 0; i < nb; i++)
+        for (int c = 0; c < nc; c++) {
+            const int8_t *src = YBLK(c)[i].qs;
+            int8_t *d = dst + ((size_t)i * NA_BLK + (size_t)(c & ~1)) * QK_K + 32 * (c & 1);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) _mm256_store_si256((__m256i *)(d + 64 * k), load256(src + 32 * k));
+        }
+}
+GEMM_TARGET_AVX512 static ALWAYS_INLINE void q4_K_kp(int64_t nb, const void *vw, const int8_t *q8p, const int nc,
+                                                      float *y, size_t ldy, const blk_aux *aux)
+{
+    const block_q4_K *x = vw;
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const int np = nc / 2;
+    __m256 acc[NA_BLK], acc_m[NA_BLK / 2];
+    __m512 accp[NA_BLK / 2];
+    q4_K_zero(acc, acc_m, nc);
+#pragma GCC unroll 4
+    for (int p = 0; p < np; p++) accp[p] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m256 vd8;
+        __m256i scales;
+        q4_K_head(&x[i], aux + i, np, acc_m, &vd8, &scales);
+        bcast_buf sb;
+        _mm256_store_si256((__m256i *)sb.i, scales);
+        BCAST_BARRIER(sb);
+        __m512i sumi[NA_BLK / 2];   /* set by j = 0 */
+#pragma GCC unroll 4
+        for (int j = 0; j < QK_K / 64; j++) {
+            const __m512i bits = _mm512_broadcast_i64x4(load256(x[i].qs + 32 * j));
+            const __m512i lo = _mm512_and_si512(bits, m4), hi = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
+            const __m512i sc_l = _mm512_set1_epi32(sb.i[2 * j]), sc_h = _mm512_set1_epi32(sb.i[2 * j + 1]);
+#pragma GCC unroll 4
+            for (int p = 0; p < np; p++) {
+                const int8_t *q8 = q8p + ((size_t)i * NA_BLK + 2 * (size_t)p) * QK_K + 128 * j;
+                const __m512i p0 = _mm512_maddubs_epi16(lo, _mm512_load_si512((const void *)q8));
+                sumi[p] = j == 0 ? _mm512_madd_epi16(p0, sc_l) : _mm512_dpwssd_epi32(sumi[p], p0, sc_l);
+                sumi[p] = _mm512_dpwssd_epi32(sumi[p], _mm512_maddubs_epi16(hi, _mm512_load_si512((const void *)(q8 + 64))),
+                                              sc_h);
+            }
+        }
+        const __m512 vd = _mm512_castps256_ps512(vd8);
+#pragma GCC unroll 4
+        for (int p = 0; p < np; p++) {
+            const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
+            accp[p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(sel, vd), _mm512_cvtepi32_ps(sumi[p]), accp[p]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < np; p++) {
+        acc[2 * p] = _mm512_castps512_ps256(accp[p]);
+        acc[2 * p + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(accp[p]), 1));
+    }
+    q4_K_store(acc, acc_m, nc, y, ldy);
+}
+#define Q4_ROWS_LOOPZ(K, NC) \
+    for (int r = 0; r < nr; r++) K(nb, (const uint8_t *)w + (size_t)r * wstride, q8z, NC, y + r, ldy, aux)
 GEMM_TARGET_AVX512 static void q4_K_rows_z(int64_t nb, const void *w, size_t wstride, int nr, const uint8_t *a,
                                           size_t astride, int nc, float *y, size_t ldy, const blk_aux *aux)
 {
@@ -608,15 +680,17 @@ GEMM_TARGET_AVX512 static void q4_K_rows_z(int64_t nb, const void *w, size_t wst
         q4_K_rows_vnni(nb, w, wstride, nr, a, astride, nc, y, ldy, aux);
         return;
     }
-    static const int q4z_off[8] = { 0, 64, 32, 96, 128, 192, 160, 224 };
     _Alignas(64) int8_t q8z[Q4X_BLOCKS * NA_BLK * QK_K];
-    q4_K_pack(nb, a, astride, nc, q8z, q4z_off);
-    switch (nc) {
-    case 8: Q4_ROWS_LOOPZ(8); break;
-    case 4: Q4_ROWS_LOOPZ(4); break;
-    case 3: Q4_ROWS_LOOPZ(3); break;
-    default: Q4_ROWS_LOOPZ(2); break;
+    if (nc == 8 || nc == 4) {   /* full row pairs */
+        q4_K_pack_pairs(nb, a, astride, nc, q8z);
+        if (nc == 8) Q4_ROWS_LOOPZ(q4_K_kp, 8);
+        else Q4_ROWS_LOOPZ(q4_K_kp, 4);
+        return;
     }
+    static const int q4z_off[8] = { 0, 64, 32, 96, 128, 192, 160, 224 };
+    q4_K_pack(nb, a, astride, nc, q8z, q4z_off);
+    if (nc == 3) Q4_ROWS_LOOPZ(q4_K_kz, 3);
+    else Q4_ROWS_LOOPZ(q4_K_kz, 2);
 }
 void quant_avx512_gemm_q4_K(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
                             float *y, size_t ldy)
