@@ -116,7 +116,7 @@ try:
         print("| K x rows | activation rows | GOPS dot loop | GOPS gemm | its own probe's peak | fraction of the roofline int8 peak |")
         print("|---|---:|---:|---:|---:|---:|")
         for r in q4k:
-            # the kernel the engine runs: the AVX-VNNI gemm where the CPU has it
+            # the kernel the engine runs: the best ISA's gemm (AVX-VNNI or AVX-512) where the CPU has one
             g = float(r.get("vnni_gops") or 0) or float(r["gemm_gops"])
             print(f"| {r['k']} x {r['nw']} | {r['na']} | {float(r['dot_gops']):.1f} | {g:.1f} | {float(r['peak_gops']):.0f} | **{g / lim:.2f}** |")
 except (OSError, KeyError, ValueError) as e:

@@ -21,8 +21,9 @@
  *     multiply-add); the reference for the integer formats;
  *   fp32 peak: independent _mm256_fmadd_ps chains, 16 ops per FMA; the
  *     reference for F32/F16/BF16.
- * On a CPU with AVX-VNNI it also times, for the types whose
- * CPU_ISA_AVXVNNI quant_ops has its own gemm kernel (the K-quants),
+ * On a CPU with AVX-VNNI or AVX-512 VNNI it also times, for the types
+ * whose quant_ops of the best ISA (cpu_best_isa: AVX-VNNI, or AVX-512 with
+ * its 512-bit and EVEX-encoded VNNI kernels) has its own gemm kernel,
  *   (c) vnni:     that kernel, A/B against (b) in one run (the repetitions
  *                 of (b) and (c) alternate, so drift hits both alike),
  * printed as GOPS, (c)/(b) and (c) as a fraction of the same int8 peak
@@ -154,13 +155,16 @@ __attribute__((noinline)) static void fp32_chains(long iters)
 }
 #undef FM
 
-/* int8 with AVX-VNNI: 6 independent chains, each t = maddubs(x, y);
+/* int8 with 256-bit VNNI: 6 independent chains, each t = maddubs(x, y);
  * acc = vpdpwssd(acc, t, ones): the maddubs -> madd -> add chain with madd
- * and add fused. Only called when cpu_detect() reports avxvnni. The
- * assembler needs the {vex} prefix to pick the AVX-VNNI (not AVX512-VNNI)
- * encoding; %{ %} are how inline asm spells braces. */
+ * and add fused. int8_vnni_chains: the AVX-VNNI encoding (only called when
+ * cpu_detect() reports avxvnni; the assembler needs the {vex} prefix to
+ * pick it, %{ %} being how inline asm spells braces); int8_evex_chains: the
+ * AVX512-VNNI encoding of the same instruction (only with avx512). */
 #define VN(t, acc) "vpmaddubsw %%ymm1, %%ymm0, %%ymm" #t "\n\t" \
                    "%{vex%} vpdpwssd %%ymm2, %%ymm" #t ", %%ymm" #acc "\n\t"
+#define VE(t, acc) "vpmaddubsw %%ymm1, %%ymm0, %%ymm" #t "\n\t" \
+                   "vpdpwssd %%ymm2, %%ymm" #t ", %%ymm" #acc "\n\t"
 __attribute__((noinline)) static void int8_vnni_chains(long iters)
 {
     __asm__ volatile(
@@ -171,14 +175,25 @@ __attribute__((noinline)) static void int8_vnni_chains(long iters)
         "vzeroupper\n\t"
         I8_CLOBBERS);
 }
+__attribute__((noinline)) static void int8_evex_chains(long iters)
+{
+    __asm__ volatile(
+        I8_SETUP
+        VE(3, 9) VE(4, 10) VE(5, 11) VE(6, 12) VE(7, 13) VE(8, 14)
+        "dec %0\n\t"
+        "jnz 1b\n\t"
+        "vzeroupper\n\t"
+        I8_CLOBBERS);
+}
 #undef VN
+#undef VE
 
 /* The best of repeated runs of 2^20 iterations (a few ms each: long enough
  * that clock granularity does not matter) over about min_s seconds: the
  * peak is what the core does undisturbed, so the best, not the median (a
  * conservative reference: interference lowers the kernels' medians, never
  * this). */
-enum { PROBE_INT8, PROBE_FP32, PROBE_INT8_VNNI };
+enum { PROBE_INT8, PROBE_FP32, PROBE_INT8_VNNI, PROBE_INT8_EVEX };
 static double probe_gops(int kind, double min_s)
 {
     const long iters = 1L << 20;
@@ -190,6 +205,7 @@ static double probe_gops(int kind, double min_s)
         const double t0 = now_s();
         if (kind == PROBE_FP32) fp32_chains(iters);
         else if (kind == PROBE_INT8_VNNI) int8_vnni_chains(iters);
+        else if (kind == PROBE_INT8_EVEX) int8_evex_chains(iters);
         else int8_chains(iters);
         g[k++] = (double)iters * ops_per_iter / (now_s() - t0) * 1e-9;
     } while (k < 64 && (k < 5 || now_s() < t_end));
@@ -305,7 +321,10 @@ int main(int argc, char **argv)
 
     const double int8_peak = probe_gops(PROBE_INT8, quick ? 0.1 : 0.3);
     const double fp32_peak = probe_gops(PROBE_FP32, quick ? 0.1 : 0.3);
-    const double vnni_peak = f.avxvnni ? probe_gops(PROBE_INT8_VNNI, quick ? 0.1 : 0.3) : 0.0;
+    /* a 256-bit VNNI form: AVX-VNNI, or the EVEX one of AVX-512 VNNI */
+    const int have_vnni = f.avxvnni || f.avx512;
+    const double vnni_peak =
+        have_vnni ? probe_gops(f.avxvnni ? PROBE_INT8_VNNI : PROBE_INT8_EVEX, quick ? 0.1 : 0.3) : 0.0;
     /* the "vnni" columns: the kernel of the best ISA this CPU runs (the
      * engine's: AVX-VNNI, or AVX-512 where quant.c has one for the type) */
     const cpu_isa best_isa = cpu_best_isa();
@@ -340,12 +359,12 @@ int main(int argc, char **argv)
                best ? "best" : "median", cfg.reps);
         printf("# int8 peak (maddubs->madd->add chains): %.1f GOPS; fp32 peak (FMA chains): %.1f GOPS\n",
                int8_peak, fp32_peak);
-        if (f.avxvnni)
-            printf("# AVX-VNNI: int8 peak of maddubs->vpdpwssd chains %.1f GOPS (for reference; every /peak\n"
+        if (have_vnni)
+            printf("# VNNI: int8 peak of maddubs->vpdpwssd chains %.1f GOPS (for reference; every /peak\n"
                    "# column, vnni's included, is of the 256-bit maddubs->madd->add peak above)\n"
                    "# vnni columns: the %s kernels (the engine's; STRATA_ISA=avxvnni for the 256-bit ones)\n",
                    vnni_peak, cpu_isa_name(best_isa));
-        else printf("# no AVX-VNNI on this CPU: vnni columns empty\n");
+        else printf("# no AVX-VNNI or AVX-512 VNNI on this CPU: vnni columns empty\n");
         printf("\n| type | K x rows | na | dot-loop GOPS | gemm GOPS | speedup | dot/peak | gemm/peak "
                "| vnni GOPS | vnni/gemm | vnni/peak |\n");
         printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -364,7 +383,7 @@ int main(int argc, char **argv)
         }
         quant_ops loop = ops;
         loop.gemm = NULL;
-        /* the AVX-VNNI ops, when they have a gemm kernel of their own */
+        /* the best ISA's ops, when they have a gemm kernel of their own */
         quant_ops vops;
         int have_v = 0;
         if (best_isa >= CPU_ISA_AVXVNNI && ops.gemm && !quant_ops_get(t, best_isa, &vops, &e) && vops.gemm &&
@@ -428,7 +447,7 @@ int main(int argc, char **argv)
     }
     if (!csv) {
         printf("\npeaks: int8 %.1f GOPS (integer types), fp32 %.1f GOPS (F32/F16/BF16)", int8_peak, fp32_peak);
-        if (f.avxvnni) printf("; int8 maddubs->vpdpwssd %.1f GOPS (reference only)", vnni_peak);
+        if (have_vnni) printf("; int8 maddubs->vpdpwssd %.1f GOPS (reference only)", vnni_peak);
         printf("\n");
     }
     free(wf); free(af); free(w); free(a); free(y1); free(y2); free(y3);

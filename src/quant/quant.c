@@ -79,13 +79,22 @@ static const quant_gemm_fn k_gemm_avxvnni[QTYPE_MAX_ID] = {
     [QTYPE_Q5_1] = quant_avxvnni_gemm_q5_1,
 };
 
-/* AVX-512 gemm kernels (bit-identical to the AVX-VNNI ones), for
- * CPU_ISA_AVX512; a type without one keeps its AVX-VNNI kernel: Q4_K (the
- * experts of Q4_K files) and Q8_0 (bench/RESULTS.md, session 7); a 512-bit
- * Q6_K was measured without a gain, the other types are not tried yet. */
+/* CPU_ISA_AVX512 gemm kernels (bit-identical to the AVX2 ones): 512-bit
+ * for Q4_K (the experts of Q4_K files) and Q8_0 (bench/RESULTS.md, session
+ * 7; a 512-bit Q6_K was measured without a gain), the AVX-VNNI kernels in
+ * their EVEX encoding for the rest, so that a CPU with AVX-512 VNNI but no
+ * AVX-VNNI (AMD Zen 4) runs them too. */
 static const quant_gemm_fn k_gemm_avx512[QTYPE_MAX_ID] = {
+    [QTYPE_Q2_K] = quant_avx512_gemm_q2_K,
+    [QTYPE_Q3_K] = quant_avx512_gemm_q3_K,
     [QTYPE_Q4_K] = quant_avx512_gemm_q4_K,
+    [QTYPE_Q5_K] = quant_avx512_gemm_q5_K,
+    [QTYPE_Q6_K] = quant_avx512_gemm_q6_K,
     [QTYPE_Q8_0] = quant_avx512_gemm_q8_0,
+    [QTYPE_Q4_0] = quant_avx512_gemm_q4_0,
+    [QTYPE_Q5_0] = quant_avx512_gemm_q5_0,
+    [QTYPE_Q4_1] = quant_avx512_gemm_q4_1,
+    [QTYPE_Q5_1] = quant_avx512_gemm_q5_1,
 };
 
 static const kernel_row *row_for(int type, err *e)
@@ -112,7 +121,7 @@ int quant_ops_get(int type, cpu_isa isa, quant_ops *out, err *e)
         const cpu_features f = cpu_detect();
         if (!(f.avx2 && f.fma && f.f16c)) isa = CPU_ISA_SCALAR;
         else {
-            if (isa == CPU_ISA_AVX512 && !(f.avx512 && f.avxvnni)) isa = CPU_ISA_AVXVNNI;
+            if (isa == CPU_ISA_AVX512 && !f.avx512) isa = CPU_ISA_AVXVNNI;
             if (isa == CPU_ISA_AVXVNNI && !f.avxvnni) isa = CPU_ISA_AVX2;
         }
     }
@@ -126,10 +135,13 @@ int quant_ops_get(int type, cpu_isa isa, quant_ops *out, err *e)
     else out->act_quant = out->quant;
     out->gemm = simd ? k_gemm_avx2[type] : NULL;
     /* AVX-VNNI kernels (bit-identical to the AVX2 ones they replace) */
-    if (isa >= CPU_ISA_AVXVNNI && type == QTYPE_Q4_K) out->dot = quant_avxvnni_dot_q4_K;
-    if (isa >= CPU_ISA_AVXVNNI && type == QTYPE_Q5_K) out->dot = quant_avxvnni_dot_q5_K;
-    if (isa >= CPU_ISA_AVXVNNI && k_gemm_avxvnni[type]) out->gemm = k_gemm_avxvnni[type];
-    /* AVX-512 kernels (bit-identical to the AVX-VNNI ones they replace) */
+    if (isa == CPU_ISA_AVXVNNI && type == QTYPE_Q4_K) out->dot = quant_avxvnni_dot_q4_K;
+    if (isa == CPU_ISA_AVXVNNI && type == QTYPE_Q5_K) out->dot = quant_avxvnni_dot_q5_K;
+    if (isa == CPU_ISA_AVXVNNI && k_gemm_avxvnni[type]) out->gemm = k_gemm_avxvnni[type];
+    /* AVX-512 kernels (bit-identical to the AVX2 ones they replace; no
+     * AVX-VNNI instruction in them) */
+    if (isa == CPU_ISA_AVX512 && type == QTYPE_Q4_K) out->dot = quant_avx512_dot_q4_K;
+    if (isa == CPU_ISA_AVX512 && type == QTYPE_Q5_K) out->dot = quant_avx512_dot_q5_K;
     if (isa == CPU_ISA_AVX512 && k_gemm_avx512[type]) out->gemm = k_gemm_avx512[type];
     return 0;
 }

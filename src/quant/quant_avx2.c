@@ -621,6 +621,7 @@ static inline void q4k_scales1(__m256i sm, int32_t sb[8])
  * inside Q4K_TARGET_VNNI functions). */
 #define KQ_ACC_MADD(s, a, b) _mm256_add_epi32(s, _mm256_madd_epi16(a, b))
 #define KQ_ACC_VNNI(s, a, b) _mm256_dpwssd_avx_epi32(s, a, b)
+#define KQ_ACC_EVEX(s, a, b) _mm256_dpwssd_epi32(s, a, b)   /* the same, EVEX-encoded (Q4K_TARGET_EVEX) */
 
 /* sumi of one block; scales s = 0..3 at lo[s], 4..7 at hi[s - 4]. Two
  * accumulators (even and odd sub-blocks), added at the end: exact. ACC is
@@ -677,6 +678,7 @@ float quant_avx2_dot_q4_K(int64_t n, const void *vw, const void *va)
 #if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11))
 #define Q4K_HAVE_AVXVNNI 1
 #define Q4K_TARGET_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define Q4K_TARGET_EVEX __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* q4k_sumi_avx2 with madd + add as one vpdpwssd. */
 Q4K_TARGET_VNNI static inline __m256i q4k_sumi_vnni(const uint8_t *q4, const int8_t *q8, const int32_t *lo,
@@ -691,43 +693,60 @@ Q4K_TARGET_VNNI static inline __m256i q4k_sumi_vnni(const uint8_t *q4, const int
  * one madd of [m(i) 0..3, m(i+1) 0..3 | m(i) 4..7, m(i+1) 4..7] with the
  * pair sums of both blocks' bsums (hadd: the same order), giving
  * [i t0 t1, i+1 t0 t1 | i t2 t3, i+1 t2 t3], each moved to lanes 2t+1. */
+#define Q4K_DOT2_BODY(SUMI)                                                                                          \
+    const block_q4_K *x = vw;                                                                                        \
+    const block_q8_K *y = va;                                                                                        \
+    const int64_t nb = n / QK_K;                                                                                     \
+    const __m256i sclo = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,                    \
+                                          0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1);                   \
+    const __m256i schi = _mm256_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,                    \
+                                          4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);                   \
+    const __m256i mins16 = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1,                  \
+                                            0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1);                 \
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();                                                   \
+    _Alignas(32) int32_t sa[8], sb[8];                                                                               \
+    int64_t i = 0;                                                                                                   \
+    for (; i + 1 < nb; i += 2) {                                                                                     \
+        const block_q4_K *x0 = x + i, *x1 = x + i + 1;                                                               \
+        const block_q8_K *y0 = y + i, *y1 = y + i + 1;                                                               \
+        const __m256 dm0 = q4k_dm(x0, y0), dm1 = q4k_dm(x1, y1);                                                     \
+        const __m128i h0 = _mm_loadu_si128((const __m128i *)(const void *)x0);                                       \
+        const __m128i h1 = _mm_loadu_si128((const __m128i *)(const void *)x1);                                       \
+        const __m256i sm = q4k_unpack(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));                   \
+        _mm256_store_si256((__m256i *)(void *)sa, _mm256_shuffle_epi8(sm, sclo));                                    \
+        _mm256_store_si256((__m256i *)(void *)sb, _mm256_shuffle_epi8(sm, schi));                                    \
+        Q4K_FORGET(sa);                                                                                              \
+        Q4K_FORGET(sb);                                                                                              \
+        const __m256i mp = _mm256_permutevar8x32_epi32(sm, _mm256_setr_epi32(2, 6, 2, 6, 3, 7, 3, 7));               \
+        const __m256i m = _mm256_shuffle_epi8(mp, mins16);                                                           \
+        const __m256i q8s = _mm256_hadd_epi16(_mm256_loadu_si256((const __m256i *)y0->bsums),                        \
+                                              _mm256_loadu_si256((const __m256i *)y1->bsums));                       \
+        const __m256 prod = _mm256_cvtepi32_ps(_mm256_madd_epi16(m, q8s));                                           \
+        const __m256i s0 = SUMI(x0->qs, y0->qs, sa, sb), s1 = SUMI(x1->qs, y1->qs, sa + 4, sb + 4);                  \
+        acc_m = _mm256_fnmadd_ps(dm0, _mm256_permute_ps(prod, _MM_SHUFFLE(1, 1, 0, 0)), acc_m);                      \
+        acc = _mm256_fmadd_ps(_mm256_moveldup_ps(dm0), _mm256_cvtepi32_ps(s0), acc);                                 \
+        acc_m = _mm256_fnmadd_ps(dm1, _mm256_permute_ps(prod, _MM_SHUFFLE(3, 3, 2, 2)), acc_m);                      \
+        acc = _mm256_fmadd_ps(_mm256_moveldup_ps(dm1), _mm256_cvtepi32_ps(s1), acc);                                 \
+    }                                                                                                                \
+    if (i < nb) Q4K_BLOCK1(SUMI, x + i, y + i);                                                                      \
+    return q4k_result(acc, acc_m)
+
 Q4K_TARGET_VNNI float quant_avxvnni_dot_q4_K(int64_t n, const void *vw, const void *va)
 {
-    const block_q4_K *x = vw;
-    const block_q8_K *y = va;
-    const int64_t nb = n / QK_K;
-    const __m256i sclo = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
-                                          0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1);
-    const __m256i schi = _mm256_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,
-                                          4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
-    const __m256i mins16 = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1,
-                                            0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1);
-    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
-    _Alignas(32) int32_t sa[8], sb[8];
-    int64_t i = 0;
-    for (; i + 1 < nb; i += 2) {
-        const block_q4_K *x0 = x + i, *x1 = x + i + 1;
-        const block_q8_K *y0 = y + i, *y1 = y + i + 1;
-        const __m256 dm0 = q4k_dm(x0, y0), dm1 = q4k_dm(x1, y1);
-        const __m256i head = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)x0)),
-                                                     _mm_loadu_si128((const __m128i *)(const void *)x1), 1);
-        const __m256i sm = q4k_unpack(head);
-        _mm256_store_si256((__m256i *)(void *)sa, _mm256_shuffle_epi8(sm, sclo));
-        _mm256_store_si256((__m256i *)(void *)sb, _mm256_shuffle_epi8(sm, schi));
-        Q4K_FORGET(sa);
-        Q4K_FORGET(sb);
-        const __m256i m = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sm, _mm256_setr_epi32(2, 6, 2, 6, 3, 7, 3, 7)), mins16);
-        const __m256i q8s = _mm256_hadd_epi16(_mm256_loadu_si256((const __m256i *)y0->bsums),
-                                              _mm256_loadu_si256((const __m256i *)y1->bsums));
-        const __m256 prod = _mm256_cvtepi32_ps(_mm256_madd_epi16(m, q8s));
-        const __m256i s0 = q4k_sumi_vnni(x0->qs, y0->qs, sa, sb), s1 = q4k_sumi_vnni(x1->qs, y1->qs, sa + 4, sb + 4);
-        acc_m = _mm256_fnmadd_ps(dm0, _mm256_permute_ps(prod, _MM_SHUFFLE(1, 1, 0, 0)), acc_m);
-        acc = _mm256_fmadd_ps(_mm256_moveldup_ps(dm0), _mm256_cvtepi32_ps(s0), acc);
-        acc_m = _mm256_fnmadd_ps(dm1, _mm256_permute_ps(prod, _MM_SHUFFLE(3, 3, 2, 2)), acc_m);
-        acc = _mm256_fmadd_ps(_mm256_moveldup_ps(dm1), _mm256_cvtepi32_ps(s1), acc);
-    }
-    if (i < nb) Q4K_BLOCK1(q4k_sumi_vnni, x + i, y + i);
-    return q4k_result(acc, acc_m);
+    Q4K_DOT2_BODY(q4k_sumi_vnni);
+}
+
+/* The same in the AVX512-VNNI encoding (CPU_ISA_AVX512: also the CPUs with
+ * AVX-512 but no AVX-VNNI). */
+Q4K_TARGET_EVEX static inline __m256i q4k_sumi_evex(const uint8_t *q4, const int8_t *q8, const int32_t *lo,
+                                                    const int32_t *hi)
+{
+    Q4K_SUMI_BODY(KQ_ACC_EVEX);
+}
+
+Q4K_TARGET_EVEX float quant_avx512_dot_q4_K(int64_t n, const void *vw, const void *va)
+{
+    Q4K_DOT2_BODY(q4k_sumi_evex);
 }
 
 #endif
@@ -736,6 +755,7 @@ Q4K_TARGET_VNNI float quant_avxvnni_dot_q4_K(int64_t n, const void *vw, const vo
 /* A compiler without -mavxvnni support: the AVX-VNNI entry runs the plain
  * AVX2 kernel (the same results). */
 float quant_avxvnni_dot_q4_K(int64_t n, const void *vw, const void *va) { return quant_avx2_dot_q4_K(n, vw, va); }
+float quant_avx512_dot_q4_K(int64_t n, const void *vw, const void *va) { return quant_avx2_dot_q4_K(n, vw, va); }
 #endif
 
 /* ==== Q5_K ====
@@ -880,9 +900,22 @@ Q4K_TARGET_VNNI float quant_avxvnni_dot_q5_K(int64_t n, const void *vw, const vo
 {
     Q5K_DOT_BODY(q5k_sumi_vnni);
 }
+
+/* The same in the AVX512-VNNI encoding (CPU_ISA_AVX512). */
+Q4K_TARGET_EVEX static inline __m256i q5k_sumi_evex(const uint8_t *q5, const uint8_t *qh, const int8_t *q8,
+                                                    const int32_t *lo, const int32_t *hi)
+{
+    Q5K_SUMI_BODY(KQ_ACC_EVEX);
+}
+
+Q4K_TARGET_EVEX float quant_avx512_dot_q5_K(int64_t n, const void *vw, const void *va)
+{
+    Q5K_DOT_BODY(q5k_sumi_evex);
+}
 #else
 /* A compiler without -mavxvnni support: the plain AVX2 kernel (the same results). */
 float quant_avxvnni_dot_q5_K(int64_t n, const void *vw, const void *va) { return quant_avx2_dot_q5_K(n, vw, va); }
+float quant_avx512_dot_q5_K(int64_t n, const void *vw, const void *va) { return quant_avx2_dot_q5_K(n, vw, va); }
 #endif
 
 float quant_avx2_dot_q6_K(int64_t n, const void *vw, const void *va)

@@ -25,20 +25,36 @@ static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }   /* exact, like fp
 #if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11))
 #define GEMM_HAVE_AVXVNNI 1
 #define GEMM_TARGET_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
-/* AVX-512 kernels (512-bit maddubs and vpdpwssd; quant.c hands them out
- * only for CPU_ISA_AVX512). GEMM_TARGET_AVX512 marks a function compiled
- * for it. */
+/* AVX-512 kernels (quant.c hands them out only for CPU_ISA_AVX512):
+ * 512-bit maddubs and vpdpwssd where a type has such a kernel, and
+ * otherwise the 256-bit VNNI kernels in their AVX512-VNNI + VL (EVEX)
+ * encoding. GEMM_TARGET_AVX512 marks a function compiled for it; it does
+ * not include avxvnni, so nothing in it can be VEX-encoded VNNI, which
+ * CPUs with AVX-512 but no AVX-VNNI (AMD Zen 4) do not run. */
 #define GEMM_HAVE_AVX512 1
-#define GEMM_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avxvnni,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define GEMM_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 /* vpdpbusd: acc + the int32 sums of 4 u8 x s8 products a lane; equal to
  * madd(maddubs(u, s), 1) whenever maddubs does not saturate (|u| <= 128,
- * as every sign-trick or 5-bit operand here). Not always_inline: it is
- * inlined where the caller has the avxvnni target (see dp16_vnni). */
+ * as every sign-trick or 5-bit operand here). dp8_vnni is the AVX-VNNI
+ * encoding, dp8_evex the AVX512-VNNI one (the same instruction). Not
+ * always_inline: each is inlined where the caller has its target (see
+ * dp16_vnni). */
 GEMM_TARGET_VNNI static inline __m256i dp8_vnni(__m256i acc, __m256i u8, __m256i s8)
 {
     return _mm256_dpbusd_avx_epi32(acc, u8, s8);
 }
+GEMM_TARGET_AVX512 static inline __m256i dp8_evex(__m256i acc, __m256i u8, __m256i s8)
+{
+    return _mm256_dpbusd_epi32(acc, u8, s8);
+}
 #endif
+
+/* Which form a kernel body written once (with a constant `vnni` argument)
+ * is instantiated in: plain AVX2 (maddubs -> madd -> add), AVX-VNNI
+ * (GEMM_TARGET_VNNI functions) or the EVEX encoding of the same 256-bit
+ * VNNI instructions (GEMM_TARGET_AVX512 functions). All three give the
+ * same int32 sums, so the same bits. */
+enum { VNNI_NONE = 0, VNNI_VEX = 1, VNNI_EVEX = 2 };
 
 /* Sum of 8 lanes: halves added, then movehl, then movehdup. */
 static inline float hsum_f32_8(__m256 x)

@@ -138,13 +138,15 @@ GEMM_INLINE __m256 pair_products(const int RW, const int RA, const uint16_t *xh,
 }
 
 /* The int32 sums of one 32-byte block pair as the dot forms them:
- * madd(maddubs(u, s), 1), or (vnni) vpdpbusd from zero -- the same sums:
+ * madd(maddubs(u, s), 1), or (vnni: VNNI_VEX, VNNI_EVEX) vpdpbusd from
+ * zero -- the same sums:
  * the operands never make maddubs saturate (u <= 128: |q| by the sign
  * trick, or 5-bit unsigned quants). */
 GEMM_INLINE __m256i qb_sum(const int vnni, __m256i u, __m256i s)
 {
 #ifdef GEMM_HAVE_AVXVNNI
-    if (vnni) return dp8_vnni(_mm256_setzero_si256(), u, s);
+    if (vnni == VNNI_VEX) return dp8_vnni(_mm256_setzero_si256(), u, s);
+    if (vnni == VNNI_EVEX) return dp8_evex(_mm256_setzero_si256(), u, s);
 #else
     (void)vnni;
 #endif
@@ -371,17 +373,17 @@ GEMM_INLINE void qb_gemm(const int T, const int vnni, int64_t n, const void *vw,
     }
 }
 
-QUANT_GEMM_DECL(q8_0) { qb_gemm(K_Q8_0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
-QUANT_GEMM_DECL(q4_0) { qb_gemm(K_Q4_0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
-QUANT_GEMM_DECL(q5_0) { qb_gemm(K_Q5_0, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
-QUANT_GEMM_DECL(q4_1) { qb_gemm(K_Q4_1, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
-QUANT_GEMM_DECL(q5_1) { qb_gemm(K_Q5_1, 0, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q8_0) { qb_gemm(K_Q8_0, VNNI_NONE, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q4_0) { qb_gemm(K_Q4_0, VNNI_NONE, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q5_0) { qb_gemm(K_Q5_0, VNNI_NONE, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q4_1) { qb_gemm(K_Q4_1, VNNI_NONE, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+QUANT_GEMM_DECL(q5_1) { qb_gemm(K_Q5_1, VNNI_NONE, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
 
 /* The same with vpdpbusd for maddubs + madd (bit-identical); without
  * compiler support for AVX-VNNI, the AVX2 kernels. */
 #ifdef GEMM_HAVE_AVXVNNI
 #define QB_VNNI(t, K) \
-    GEMM_TARGET_VNNI QUANT_GEMM_DECL_AVXVNNI(t) { qb_gemm(K, 1, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
+    GEMM_TARGET_VNNI QUANT_GEMM_DECL_AVXVNNI(t) { qb_gemm(K, VNNI_VEX, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
 #else
 #define QB_VNNI(t, K) QUANT_GEMM_DECL_AVXVNNI(t) { quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); }
 #endif
@@ -391,22 +393,25 @@ QB_VNNI(q5_0, K_Q5_0)
 QB_VNNI(q4_1, K_Q4_1)
 QB_VNNI(q5_1, K_Q5_1)
 
-/* Q8_0 with the 512-bit tiles of 5-8 activation rows (qz_rows; smaller
- * tiles and longer rows: the AVX-VNNI kernel), bit-identical. */
+/* CPU_ISA_AVX512: Q8_0 with the 512-bit tiles of 5-8 activation rows
+ * (qz_rows; smaller tiles and longer rows: the 256-bit VNNI tiles), the
+ * other types with the 256-bit VNNI tiles; all EVEX-encoded, bit-identical. */
 #ifdef GEMM_HAVE_AVX512
-GEMM_TARGET_AVX512 void quant_avx512_gemm_q8_0(int64_t n, const void *w, size_t wstride, int nw, const void *a,
-                                               size_t astride, int na, float *y, size_t ldy)
+GEMM_TARGET_AVX512 QUANT_GEMM_DECL_AVX512(q8_0)
 {
     qz_tile t;   /* 96 KB of stack */
-    qb_gemm(K_Q8_0, 1, n, w, wstride, nw, a, astride, na, y, ldy, &t);
+    qb_gemm(K_Q8_0, VNNI_EVEX, n, w, wstride, nw, a, astride, na, y, ldy, &t);
 }
+#define QB_EVEX(t, K) \
+    GEMM_TARGET_AVX512 QUANT_GEMM_DECL_AVX512(t) { qb_gemm(K, VNNI_EVEX, n, w, wstride, nw, a, astride, na, y, ldy, NULL); }
 #else
-void quant_avx512_gemm_q8_0(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
-                            float *y, size_t ldy)
-{
-    quant_avxvnni_gemm_q8_0(n, w, wstride, nw, a, astride, na, y, ldy);
-}
+#define QB_EVEX(t, K) QUANT_GEMM_DECL_AVX512(t) { quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); }
+QB_EVEX(q8_0, K_Q8_0)
 #endif
+QB_EVEX(q4_0, K_Q4_0)
+QB_EVEX(q5_0, K_Q5_0)
+QB_EVEX(q4_1, K_Q4_1)
+QB_EVEX(q5_1, K_Q5_1)
 
 /* ==== F32 / F16 / BF16 ====
  * Per pair, as the dots: s0..s3 += x[i + 8k] * y[i + 8k] (fused) over the

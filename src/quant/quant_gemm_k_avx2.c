@@ -152,7 +152,10 @@ static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const 
  * where the compiler knows the instruction (gcc >= 11, clang), and
  * quant.c hands them out only for CPU_ISA_AVXVNNI (quant_ops_get checks
  * the CPU). Everything else, the float operations included, is the same
- * code in both instances. dp16_vnni is not always_inline on purpose: the
+ * code in both instances. On CPU_ISA_AVX512 the same bodies run as
+ * t##_rows_evex instances (GEMM_TARGET_AVX512, dp16_evex: the EVEX
+ * encoding of vpdpwssd, for CPUs with AVX-512 but no AVX-VNNI).
+ * dp16_vnni is not always_inline on purpose: the
  * shared kernel body that calls it is compiled for plain AVX2 (where the
  * call is dead code for vnni = 0) and inlined into the AVX-VNNI rows
  * functions, where the call is then inlined (checked in the object code:
@@ -162,12 +165,18 @@ GEMM_TARGET_VNNI static inline __m256i dp16_vnni(__m256i acc, __m256i s16, __m25
 {
     return _mm256_dpwssd_avx_epi32(acc, s16, p16);
 }
+GEMM_TARGET_AVX512 static inline __m256i dp16_evex(__m256i acc, __m256i s16, __m256i p16)
+{
+    return _mm256_dpwssd_epi32(acc, s16, p16);
+}
 #endif
-/* acc + madd(s16, p16) in int32 lanes: vpmaddwd + vpaddd, or one vpdpwssd */
+/* acc + madd(s16, p16) in int32 lanes: vpmaddwd + vpaddd, or one vpdpwssd
+ * (vnni: VNNI_NONE, VNNI_VEX or VNNI_EVEX) */
 static ALWAYS_INLINE __m256i dp16(const int vnni, __m256i acc, __m256i s16, __m256i p16)
 {
 #ifdef GEMM_HAVE_AVXVNNI
-    if (vnni) return dp16_vnni(acc, s16, p16);
+    if (vnni == VNNI_VEX) return dp16_vnni(acc, s16, p16);
+    if (vnni == VNNI_EVEX) return dp16_evex(acc, s16, p16);
 #else
     (void)vnni;
 #endif
@@ -298,9 +307,12 @@ static inline void gemm_blocked(int64_t n, const void *w, size_t wstride, int nw
         default: ROWS_LOOP(t, 2, VNNI); break; \
         } \
     }
-/* t##_rows: plain AVX2; t##_rows_vnni: the same body with vpdpwssd */
+/* t##_rows: plain AVX2; t##_rows_vnni and t##_rows_evex: the same body
+ * with vpdpwssd, AVX-VNNI and AVX512-VNNI encoded */
 #ifdef GEMM_HAVE_AVXVNNI
-#define ROWS_DISPATCH(t) ROWS_FN(t, t##_rows, , 0) ROWS_FN(t, t##_rows_vnni, GEMM_TARGET_VNNI, 1)
+#define ROWS_DISPATCH(t) \
+    ROWS_FN(t, t##_rows, , VNNI_NONE) ROWS_FN(t, t##_rows_vnni, GEMM_TARGET_VNNI, VNNI_VEX) \
+    ROWS_FN(t, t##_rows_evex, GEMM_TARGET_AVX512, VNNI_EVEX)
 #else
 #define ROWS_DISPATCH(t) ROWS_FN(t, t##_rows, , 0)
 #endif
@@ -381,6 +393,23 @@ static inline void store_rows(__m256 v, int nc, float *y, size_t ldy)
     DEFINE_GEMM_AVX2(t) \
     void quant_avxvnni_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, \
                                 int na, float *y, size_t ldy) \
+    { \
+        quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); \
+    }
+#endif
+/* quant_avx512_gemm_t for the types without a 512-bit kernel: the
+ * t##_rows_evex instance (zdot: the single-row dot for long rows) */
+#ifdef GEMM_HAVE_AVX512
+#define DEFINE_GEMM_EVEX(t, zdot) \
+    void quant_avx512_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, \
+                               int na, float *y, size_t ldy) \
+    { \
+        gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_##t), t##_rows_evex, zdot); \
+    }
+#else
+#define DEFINE_GEMM_EVEX(t, zdot) \
+    void quant_avx512_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, \
+                               int na, float *y, size_t ldy) \
     { \
         quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); \
     }
@@ -540,9 +569,10 @@ static ALWAYS_INLINE void q4_K_pack(int64_t nb, const uint8_t *a, size_t astride
         default: Q4_ROWS_LOOPX(2, VNNI); break; \
         } \
     }
-Q4_ROWS_FN(q4_K_rows, , 0)
+Q4_ROWS_FN(q4_K_rows, , VNNI_NONE)
 #ifdef GEMM_HAVE_AVXVNNI
-Q4_ROWS_FN(q4_K_rows_vnni, GEMM_TARGET_VNNI, 1)
+Q4_ROWS_FN(q4_K_rows_vnni, GEMM_TARGET_VNNI, VNNI_VEX)
+Q4_ROWS_FN(q4_K_rows_evex, GEMM_TARGET_AVX512, VNNI_EVEX)
 #endif
 DEFINE_GEMM(q4_K, quant_avxvnni_dot_q4_K)
 
@@ -676,8 +706,8 @@ GEMM_TARGET_AVX512 static ALWAYS_INLINE void q4_K_kp(int64_t nb, const void *vw,
 GEMM_TARGET_AVX512 static void q4_K_rows_z(int64_t nb, const void *w, size_t wstride, int nr, const uint8_t *a,
                                           size_t astride, int nc, float *y, size_t ldy, const blk_aux *aux)
 {
-    if (nb > Q4X_BLOCKS) {   /* long rows: the AVX-VNNI kernel */
-        q4_K_rows_vnni(nb, w, wstride, nr, a, astride, nc, y, ldy, aux);
+    if (nb > Q4X_BLOCKS) {   /* long rows: the 256-bit VNNI kernel */
+        q4_K_rows_evex(nb, w, wstride, nr, a, astride, nc, y, ldy, aux);
         return;
     }
     _Alignas(64) int8_t q8z[Q4X_BLOCKS * NA_BLK * QK_K];
@@ -695,13 +725,13 @@ GEMM_TARGET_AVX512 static void q4_K_rows_z(int64_t nb, const void *w, size_t wst
 void quant_avx512_gemm_q4_K(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
                             float *y, size_t ldy)
 {
-    gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_q4_K), q4_K_rows_z, quant_avxvnni_dot_q4_K);
+    gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_q4_K), q4_K_rows_z, quant_avx512_dot_q4_K);
 }
 #else
 void quant_avx512_gemm_q4_K(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
                             float *y, size_t ldy)
 {
-    quant_avxvnni_gemm_q4_K(n, w, wstride, nw, a, astride, na, y, ldy);
+    quant_avx2_gemm_q4_K(n, w, wstride, nw, a, astride, na, y, ldy);
 }
 #endif
 
@@ -781,6 +811,7 @@ static ALWAYS_INLINE void q5_K_k(int64_t nb, const void *vw, const uint8_t *a, s
 }
 ROWS_DISPATCH(q5_K)
 DEFINE_GEMM(q5_K, quant_avx2_dot_q5_K)
+DEFINE_GEMM_EVEX(q5_K, quant_avx2_dot_q5_K)
 
 /* ==== Q6_K ====
  * Dot (quant_avx2_dot_q6_K), per super-block: sumi = sum scale * maddubs(q6,
@@ -858,6 +889,7 @@ static ALWAYS_INLINE void q6_K_k(int64_t nb, const void *vw, const uint8_t *a, s
 }
 ROWS_DISPATCH(q6_K)
 DEFINE_GEMM(q6_K, quant_avx2_dot_q6_K)
+DEFINE_GEMM_EVEX(q6_K, quant_avx2_dot_q6_K)
 
 /* ==== Q2_K ====
  * Dot (quant_avx2_dot_q2_K), per super-block: acc += dmin * (mins . bsums)
@@ -917,6 +949,7 @@ static ALWAYS_INLINE void q2_K_k(int64_t nb, const void *vw, const uint8_t *a, s
 }
 ROWS_DISPATCH(q2_K)
 DEFINE_GEMM(q2_K, quant_avx2_dot_q2_K)
+DEFINE_GEMM_EVEX(q2_K, quant_avx2_dot_q2_K)
 
 /* ==== Q3_K ====
  * Dot (quant_avx2_dot_q3_K), per super-block: sumi = sum scale *
@@ -976,3 +1009,4 @@ static ALWAYS_INLINE void q3_K_k(int64_t nb, const void *vw, const uint8_t *a, s
 }
 ROWS_DISPATCH(q3_K)
 DEFINE_GEMM(q3_K, quant_avx2_dot_q3_K)
+DEFINE_GEMM_EVEX(q3_K, quant_avx2_dot_q3_K)

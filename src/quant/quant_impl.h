@@ -196,6 +196,9 @@ float quant_avx2_dot_q4_K(int64_t n, const void *w, const void *a);
  * CPU_ISA_AVXVNNI (quant_ops_get checks the CPU). */
 float quant_avxvnni_dot_q4_K(int64_t n, const void *w, const void *a);
 float quant_avxvnni_dot_q5_K(int64_t n, const void *w, const void *a);
+/* The same two in the AVX512-VNNI (EVEX) encoding, for CPU_ISA_AVX512. */
+float quant_avx512_dot_q4_K(int64_t n, const void *w, const void *a);
+float quant_avx512_dot_q5_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q5_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q6_K(int64_t n, const void *w, const void *a);
 float quant_avx2_dot_q8_K(int64_t n, const void *w, const void *a);
@@ -253,12 +256,24 @@ QUANT_GEMM_DECL_AVXVNNI(q4_0);
 QUANT_GEMM_DECL_AVXVNNI(q5_0);
 QUANT_GEMM_DECL_AVXVNNI(q4_1);
 QUANT_GEMM_DECL_AVXVNNI(q5_1);
-/* quant_gemm_k_avx2.c: 512-bit kernels, bit-identical to the AVX-VNNI ones;
- * only for CPU_ISA_AVX512 (quant_ops_get checks the CPU). */
-void quant_avx512_gemm_q4_K(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
-                            float *y, size_t ldy);
-/* quant_gemm_avx2.c */
-void quant_avx512_gemm_q8_0(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
-                            float *y, size_t ldy);
+/* The CPU_ISA_AVX512 kernels (quant_ops_get checks the CPU: AVX-512
+ * F/BW/VL/VNNI, AVX-VNNI not needed), bit-identical to the AVX2 ones:
+ * 512-bit kernels for Q4_K (quant_gemm_k_avx2.c) and Q8_0
+ * (quant_gemm_avx2.c), the AVX-VNNI kernels in their EVEX encoding for the
+ * other types and for what the 512-bit kernels hand on (short activation
+ * tiles, long rows). A compiler without the instructions builds them as
+ * the AVX2 kernels. */
+#define QUANT_GEMM_DECL_AVX512(t) void quant_avx512_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, \
+                                                         const void *a, size_t astride, int na, float *y, size_t ldy)
+QUANT_GEMM_DECL_AVX512(q2_K);
+QUANT_GEMM_DECL_AVX512(q3_K);
+QUANT_GEMM_DECL_AVX512(q4_K);
+QUANT_GEMM_DECL_AVX512(q5_K);
+QUANT_GEMM_DECL_AVX512(q6_K);
+QUANT_GEMM_DECL_AVX512(q8_0);
+QUANT_GEMM_DECL_AVX512(q4_0);
+QUANT_GEMM_DECL_AVX512(q5_0);
+QUANT_GEMM_DECL_AVX512(q4_1);
+QUANT_GEMM_DECL_AVX512(q5_1);
 
 #endif

@@ -50,10 +50,10 @@ cpu_isa cpu_best_isa(void)
     cpu_features f = cpu_detect();
     if (!(f.avx2 && f.fma && f.f16c)) return CPU_ISA_SCALAR;
     if (env && strcmp(env, "avx2") == 0) return CPU_ISA_AVX2;
-    if (!f.avxvnni) return CPU_ISA_AVX2;
-    /* the AVX-512 kernels fall back on AVX-VNNI ones: both are required */
+    /* the AVX-512 tier needs no AVX-VNNI: its 256-bit VNNI kernels are
+     * EVEX-encoded (AMD Zen 4 has AVX-512 VNNI but not AVX-VNNI) */
     if (f.avx512 && !(env && strcmp(env, "avxvnni") == 0)) return CPU_ISA_AVX512;
-    return CPU_ISA_AVXVNNI;
+    return f.avxvnni ? CPU_ISA_AVXVNNI : CPU_ISA_AVX2;
 }
 
 const char *cpu_isa_name(cpu_isa isa)

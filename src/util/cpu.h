@@ -17,14 +17,16 @@ typedef struct cpu_features {
 typedef enum cpu_isa {
     CPU_ISA_SCALAR = 0,
     CPU_ISA_AVX2   = 1,   /* AVX2 + FMA + F16C */
-    CPU_ISA_AVXVNNI = 2,  /* the above + AVX-VNNI (256-bit vpdpwssd/vpdpbusd) */
-    CPU_ISA_AVX512 = 3,   /* the above + AVX-512 F/BW/VL/VNNI: 512-bit kernels where one exists */
+    CPU_ISA_AVXVNNI = 2,  /* the above + AVX-VNNI (256-bit vpdpwssd/vpdpbusd, VEX) */
+    CPU_ISA_AVX512 = 3,   /* AVX2 + FMA + F16C + AVX-512 F/BW/VL/VNNI (AVX-VNNI not needed): 512-bit
+                           * kernels where one exists, the 256-bit VNNI ones EVEX-encoded otherwise */
 } cpu_isa;
 
 /* Query CPUID. Pure function of the machine. */
 cpu_features cpu_detect(void);
 
-/* Best ISA this machine supports, lowered by STRATA_ISA=scalar|avx2|avxvnni. */
+/* Best ISA this machine supports, lowered by STRATA_ISA=scalar|avx2|avxvnni
+ * (avxvnni on a CPU without AVX-VNNI: avx2). */
 cpu_isa cpu_best_isa(void);
 
 const char *cpu_isa_name(cpu_isa isa);

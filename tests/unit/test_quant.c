@@ -541,15 +541,24 @@ TEST(test_dots_scalar_and_avx2)
                     dot_case_free(&c);
                 }
     }
-    /* AVX-VNNI kernels are bit-identical to the AVX2 ones (checked where the
-     * CPU has AVX-VNNI; elsewhere quant_ops_get hands out the AVX2 kernel),
-     * every length from 1 to 12 blocks, random and extreme blocks */
-    if (cpu_detect().avxvnni) {
+    /* The AVX-VNNI and AVX-512 (EVEX VNNI) dots are bit-identical to the
+     * AVX2 ones (each checked where the CPU has it; elsewhere quant_ops_get
+     * hands out another kernel), every length from 1 to 12 blocks, random
+     * and extreme blocks */
+    const cpu_features cf = cpu_detect();
+    static const struct { cpu_isa isa; const char *name; } vi[] = { { CPU_ISA_AVXVNNI, "avxvnni" },
+                                                                      { CPU_ISA_AVX512, "avx512" } };
+    for (int k = 0; k < 2; k++) {
+        if (!(k == 0 ? cf.avxvnni : cf.avx512)) {
+            fprintf(stderr, "  (no %s on this CPU: its dot checks skipped)\n", vi[k].name);
+            continue;
+        }
         static const int vt[] = { QTYPE_Q4_K, QTYPE_Q5_K };
         for (int ti = 0; ti < 2; ti++) {
             quant_ops vops, aops;
-            CHECK(quant_ops_get(vt[ti], CPU_ISA_AVXVNNI, &vops, NULL) == 0);
+            CHECK(quant_ops_get(vt[ti], vi[k].isa, &vops, NULL) == 0);
             CHECK(quant_ops_get(vt[ti], CPU_ISA_AVX2, &aops, NULL) == 0);
+            CHECK(vops.dot != aops.dot);
             int bad = 0, n_cases = 0;
             for (int nb = 1; nb <= 12; nb++)
                 for (int rw = 0; rw < 2; rw++) {
@@ -561,11 +570,9 @@ TEST(test_dots_scalar_and_avx2)
                     n_cases++;
                     dot_case_free(&c);
                 }
-            CHECK_MSG(bad == 0, "%s avxvnni dot differs from avx2 in %d of %d cases", qtype_name(vt[ti]), bad,
-                      n_cases);
+            CHECK_MSG(bad == 0, "%s %s dot differs from avx2 in %d of %d cases", qtype_name(vt[ti]), vi[k].name,
+                      bad, n_cases);
         }
-    } else {
-        fprintf(stderr, "  (no AVX-VNNI on this CPU: the AVX-VNNI dot checks skipped)\n");
     }
     /* Float dots with a length that is not a multiple of 8 or 32 (tails). */
     for (int ti = 0; ti < 3; ti++) {
