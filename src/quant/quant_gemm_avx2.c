@@ -234,21 +234,33 @@ GEMM_INLINE void qb_rows(const int T, const int vnni, const int RA, int64_t nb, 
 /* ==== Q8_0 with 512-bit registers (CPU_ISA_AVX512) ====
  * A tile of up to 8 activation rows as 4 row pairs, one pair a 512-bit
  * register (row 2p in lanes 0-7, 2p+1 in lanes 8-15), against g weight
- * rows, for rows of at most QZ_BLOCKS blocks. Per weight block, per pair:
- *   s   = vpdpbusd(corr, w + 128, q8)   the weights made unsigned by +128
- *         (xor 0x80) and corr = -128 * (each lane's 4 activation bytes
- *         summed): s is the dot's int32 lane sum exactly (sum of w * a);
- *   acc = fma(h2f(x.d) * ya, cvt(s), acc)   ya the row's h2f(y.d): the
- *         dot's single float product, its convert and FMA, lane for lane.
+ * rows, for rows of at most QZ_BLOCKS blocks. The activations are stored
+ * made unsigned (a + 128, xor 0x80); per weight block x, per pair:
+ *   corr = -128 * (each lane's 4 weight bytes summed), once per weight
+ *          block for all pairs (the weights are broadcast to both halves);
+ *   s    = vpdpbusd(corr, a + 128, x): sum (a + 128) * x - 128 * sum x,
+ *          the dot's int32 lane sum exactly (no saturation: vpdpbusd);
+ *   acc  = fma(h2f(x.d) * ya, cvt(s), acc)   ya the row's h2f(y.d): the
+ *          dot's single float product, its convert and FMA, lane for lane.
  * Each half's 8 lanes then go through hsum_f32_8: the dot's result bit
  * for bit. Every ALU operation here is one 512-bit uop doing two rows'
  * work; the 256-bit kernel's sign, dot, convert and FMA all compete for
- * the same two ports (p0, p1), which bounds it near half the int8 peak. */
-#define QZ_BLOCKS 128   /* rows up to 4096 values; the packed tile is nb * 768 bytes of stack */
+ * the same two ports (p0, p1), which bounds it near half the int8 peak.
+ *
+ * Blocking. Two weight rows share each packed-tile load (8 accumulators).
+ * The packed tile is 512 bytes a block (32 KB at K = 2048, 64 KB at 4096:
+ * more than L1), so K is cut into chunks of QZ_KC blocks (an 8 KB slice of
+ * the tile) and the weight rows into sub-groups of QZ_SR: a sub-group runs
+ * chunk after chunk, its rows' accumulators parked (exactly, as vectors)
+ * between chunks, so each lane still sees its blocks' FMAs in block order
+ * and the tile slice in use stays in L1 while QZ_SR rows pass over it. */
+#define QZ_BLOCKS 128   /* rows up to 4096 values; the packed tile is nb * 512 bytes of stack */
+#define QZ_KC 16        /* blocks per K chunk */
+#define QZ_SR 16        /* weight rows per sub-group (the parked accumulators: 4 KB) */
 typedef struct qz_tile {
-    _Alignas(64) int8_t q8[QZ_BLOCKS * 4 * 64];    /* [i][p]: row 2p's 32 quants, row 2p+1's */
-    _Alignas(64) int32_t corr[QZ_BLOCKS * 4 * 16]; /* [i][p]: -128 * 4-byte sums, per lane */
-    _Alignas(64) float ya[QZ_BLOCKS * 4 * 16];     /* [i][p]: h2f(y.d) of row 2p x8, of 2p+1 x8 */
+    _Alignas(64) uint8_t q8u[QZ_BLOCKS * 4 * 64]; /* [i][p]: row 2p's 32 quants + 128, row 2p+1's */
+    _Alignas(64) float ya[QZ_BLOCKS * 4 * 16];    /* [i][p]: h2f(y.d) of row 2p x8, of 2p+1 x8 */
+    _Alignas(64) float park[QZ_SR * 4 * 16];      /* [r][p]: a sub-group's accumulators between chunks */
 } qz_tile;
 
 /* Pack ra (<= 8) activation rows of nb Q8_0 blocks; rows >= ra are zero. */
@@ -267,44 +279,73 @@ GEMM_TARGET_AVX512 static void qz_pack(qz_tile *t, int64_t nb, const uint8_t *a,
             }
             const __m512i qq = _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
             const size_t o = (size_t)i * 4 + (size_t)p;
-            _mm512_store_si512((void *)(t->q8 + o * 64), qq);
-            const __m512i sum128 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, qq);   /* 128 * 4-byte sums */
-            _mm512_store_si512((void *)(t->corr + o * 16), _mm512_sub_epi32(_mm512_setzero_si512(), sum128));
+            _mm512_store_si512((void *)(t->q8u + o * 64), _mm512_xor_si512(qq, u128));
             _mm512_store_ps(t->ya + o * 16, _mm512_castsi512_ps(_mm512_inserti64x4(
                                                 _mm512_castps_si512(_mm512_set1_ps(d[0])),
                                                 _mm256_castps_si256(_mm256_set1_ps(d[1])), 1)));
         }
 }
 
-/* g weight rows (w, wstride apart) against a packed tile of ra rows:
- * y[c * ldy + r]. */
-GEMM_TARGET_AVX512 static void qz_rows(int64_t nb, const uint8_t *w, size_t wstride, int g, const qz_tile *t, int ra,
-                                       float *y, size_t ldy)
+/* RW (1 or 2) weight rows x (x[r], blocks i0..i1) against the tile's np
+ * pairs: acc[r * 4 + p] as above. */
+GEMM_TARGET_AVX512 static inline __attribute__((always_inline)) void
+qz_run(const int RW, int np, int64_t i0, int64_t i1, const block_q8_0 *const *x, const qz_tile *t, __m512 *acc)
 {
     const __m512i u128 = _mm512_set1_epi8((char)0x80);
-    const int np = (ra + 1) / 2;
-    for (int r = 0; r < g; r++) {
-        const block_q8_0 *x = (const block_q8_0 *)(w + (size_t)r * wstride);
-        __m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
-        for (int64_t i = 0; i < nb; i++) {
-            const __m512 xd = _mm512_set1_ps(h2f(x[i].d));
-            const __m512i wq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qs));
-            const __m512i wu = _mm512_xor_si512(wq, u128);
-            const size_t o = (size_t)i * 4;
+    for (int64_t i = i0; i < i1; i++) {
+        __m512 xd[2];
+        __m512i wq[2], corr[2];
+        for (int r = 0; r < RW; r++) {
+            xd[r] = _mm512_set1_ps(h2f(x[r][i].d));
+            wq[r] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[r][i].qs));
+            corr[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, wq[r]));
+        }
+        const size_t o = (size_t)i * 4;
 #pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                if (p >= np) break;
-                const __m512 d = _mm512_mul_ps(xd, _mm512_load_ps(t->ya + (o + p) * 16));
-                const __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512((const void *)(t->corr + (o + p) * 16)), wu,
-                                                      _mm512_load_si512((const void *)(t->q8 + (o + p) * 64)));
-                acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+        for (int p = 0; p < 4; p++) {
+            if (p >= np) break;
+            const __m512i q = _mm512_load_si512((const void *)(t->q8u + (o + p) * 64));
+            const __m512 ya = _mm512_load_ps(t->ya + (o + p) * 16);
+            for (int r = 0; r < RW; r++) {
+                const __m512 d = _mm512_mul_ps(xd[r], ya);
+                const __m512i s = _mm512_dpbusd_epi32(corr[r], q, wq[r]);
+                acc[r * 4 + p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[r * 4 + p]);
             }
         }
-        for (int c = 0; c < ra; c++) {
-            const __m512 v = acc[c / 2];
-            const __m256 h = _mm256_castsi256_ps(c & 1 ? _mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)
-                                                        : _mm512_castsi512_si256(_mm512_castps_si512(v)));
-            y[(size_t)c * ldy + (size_t)r] = hsum_f32_8(h);
+    }
+}
+
+/* g weight rows (w, wstride apart) against a packed tile of ra rows:
+ * y[c * ldy + r]. */
+GEMM_TARGET_AVX512 static void qz_rows(int64_t nb, const uint8_t *w, size_t wstride, int g, qz_tile *t, int ra,
+                                       float *y, size_t ldy)
+{
+    const int np = (ra + 1) / 2;
+    for (int s0 = 0; s0 < g; s0 += QZ_SR) {
+        const int sr = g - s0 < QZ_SR ? g - s0 : QZ_SR;
+        for (int64_t k0 = 0; k0 < nb; k0 += QZ_KC) {
+            const int64_t k1 = nb - k0 < QZ_KC ? nb : k0 + QZ_KC;
+            for (int r = 0; r < sr; r += 2) {
+                const int rw = sr - r >= 2 ? 2 : 1;
+                const block_q8_0 *x[2];
+                __m512 acc[8];
+                for (int h = 0; h < rw; h++) x[h] = (const block_q8_0 *)(w + (size_t)(s0 + r + h) * wstride);
+                for (int j = 0; j < 4 * rw; j++)
+                    acc[j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(t->park + ((size_t)r * 4 + j) * 16);
+                if (rw == 2) qz_run(2, np, k0, k1, x, t, acc);
+                else qz_run(1, np, k0, k1, x, t, acc);
+                if (k1 < nb) {
+                    for (int j = 0; j < 4 * rw; j++) _mm512_store_ps(t->park + ((size_t)r * 4 + j) * 16, acc[j]);
+                    continue;
+                }
+                for (int h = 0; h < rw; h++)
+                    for (int c = 0; c < ra; c++) {
+                        const __m512 v = acc[h * 4 + c / 2];
+                        const __m256 hv = _mm256_castsi256_ps(c & 1 ? _mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)
+                                                                     : _mm512_castsi512_si256(_mm512_castps_si512(v)));
+                        y[(size_t)c * ldy + (size_t)(s0 + r + h)] = hsum_f32_8(hv);
+                    }
+            }
         }
     }
 }
@@ -345,7 +386,7 @@ GEMM_INLINE void qb_gemm(const int T, const int vnni, int64_t n, const void *vw,
 #ifdef GEMM_HAVE_AVX512
             if (zt && T == K_Q8_0 && ra > 4 && nb <= QZ_BLOCKS) {   /* the tile packed once per weight group */
                 qz_pack((qz_tile *)zt, nb, at, astride, ra);
-                qz_rows(nb, wg, wstride, g, (const qz_tile *)zt, ra, yt, ldy);
+                qz_rows(nb, wg, wstride, g, (qz_tile *)zt, ra, yt, ldy);
                 continue;
             }
 #else
@@ -399,7 +440,7 @@ QB_VNNI(q5_1, K_Q5_1)
 #ifdef GEMM_HAVE_AVX512
 GEMM_TARGET_AVX512 QUANT_GEMM_DECL_AVX512(q8_0)
 {
-    qz_tile t;   /* 96 KB of stack */
+    qz_tile t;   /* 68 KB of stack */
     qb_gemm(K_Q8_0, VNNI_EVEX, n, w, wstride, nw, a, astride, na, y, ldy, &t);
 }
 #define QB_EVEX(t, K) \
