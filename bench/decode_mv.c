@@ -8,7 +8,8 @@
  *   l2        ops.dot over 64 rows re-read from cache (the compute limit)
  *   dram      ops.dot streaming MB of rows once (no software prefetch)
  *   dram+pfN  the same with each row prefetching row r+N (N = 4: the
- *             engine's QUANT_PF_ROWS via quant_gemm; 8, 16)
+ *             engine's QUANT_PF_ROWS via quant_gemm, forced here even
+ *             where the engine turns it off (AMD: ops.pf_rows = 0); 8, 16)
  *   read      one 8-byte load per 64-byte line over the same bytes (the
  *             memory limit of one thread)
  * three rounds, wall time. A decode loop can at best reach min(l2, read);
@@ -265,7 +266,9 @@ int main(int argc, char **argv)
         }
         if (ab && memcmp(y, yo, sizeof(float) * (size_t)nw)) { fprintf(stderr, "decode_mv: old and new %s dots differ\n", qtype_name(type)); return 1; }
         double t0 = now_s();
-        quant_gemm(&ops, K, w, rs, nw, a, 0, 1, y, 1);
+        quant_ops pf_ops = ops;
+        pf_ops.pf_rows = QUANT_PF_ROWS;
+        quant_gemm(&pf_ops, K, w, rs, nw, a, 0, 1, y, 1);
         const double pf4 = bytes / (now_s() - t0) / 1e9;
         double pf[2];
         for (int k = 0; k < 2; k++) {

@@ -117,8 +117,8 @@ int quant_ops_get(int type, cpu_isa isa, quant_ops *out, err *e)
     if (!k) return ERR_UNSUPPORTED;
     /* Asking for AVX2 on a CPU without it would end in SIGILL: degrade to the
      * scalar reference instead (same results up to float summation order). */
+    const cpu_features f = cpu_detect();
     if (isa >= CPU_ISA_AVX2) {
-        const cpu_features f = cpu_detect();
         if (!(f.avx2 && f.fma && f.f16c)) isa = CPU_ISA_SCALAR;
         else {
             if (isa == CPU_ISA_AVX512 && !f.avx512) isa = CPU_ISA_AVXVNNI;
@@ -134,6 +134,7 @@ int quant_ops_get(int type, cpu_isa isa, quant_ops *out, err *e)
     if (k->act) out->act_quant = simd && k->act_avx2 ? k->act_avx2 : k->act;
     else out->act_quant = out->quant;
     out->gemm = simd ? k_gemm_avx2[type] : NULL;
+    out->pf_rows = f.amd ? 0 : QUANT_PF_ROWS;   /* see QUANT_PF_ROWS */
     /* AVX-VNNI kernels (bit-identical to the AVX2 ones they replace) */
     if (isa == CPU_ISA_AVXVNNI && type == QTYPE_Q4_K) out->dot = quant_avxvnni_dot_q4_K;
     if (isa == CPU_ISA_AVXVNNI && type == QTYPE_Q5_K) out->dot = quant_avxvnni_dot_q5_K;

@@ -68,6 +68,8 @@ typedef struct quant_ops {
     quant_gemm_fn    gemm;      /* blocks of dots (see quant_gemm_fn); NULL when
                                    the ISA has no blocked kernel for the type:
                                    call quant_gemm(), which then loops dot() */
+    int              pf_rows;   /* weight rows a one-row product (quant_gemm)
+                                   prefetches ahead; 0: none (see QUANT_PF_ROWS) */
 } quant_ops;
 
 /* y[c * ldy + r] = ops->dot(n, w + r * wstride, a + c * astride) for
@@ -84,31 +86,36 @@ static inline void quant_gemm_block(const quant_ops *ops, int64_t n, const void 
     }
 }
 
-/* How far ahead (in weight rows) a one-row product (decode) prefetches:
- * the kernels compute faster than DRAM delivers a single stream, and a row
- * of a few KB is too short for the hardware prefetcher to run ahead across
- * rows (it stops at 4 KB pages); each row prefetches the row QUANT_PF_ROWS
- * ahead into L2 (locality hint 1) before it is computed. Measured on one
- * thread: 4.4-5.4 -> 7.1-7.8 GB/s (Q4_K, 2048-wide rows, 512 MB streamed
- * from DRAM; hint 3, into L1: 6.5-7.2). In the engine (30b-a3b shape cut
- * to 16 layers, tg16, 2 threads, 4 interleaved rounds) the per-row spread
- * beat prefetching 4 rows in one burst per 4-row block: median 11.4 vs
- * 9.6 tok/s, no prefetch 8.6. */
+/* How far ahead (in weight rows) a one-row product (decode) prefetches on
+ * Intel cores (quant_ops.pf_rows): the kernels compute faster than DRAM
+ * delivers a single stream, and a row of a few KB is too short for the
+ * hardware prefetcher to run ahead across rows (it stops at 4 KB pages);
+ * each row prefetches the row QUANT_PF_ROWS ahead into L2 (locality hint
+ * 1) before it is computed. Measured on one thread (Xeon): 4.4-5.4 ->
+ * 7.1-7.8 GB/s (Q4_K, 2048-wide rows, 512 MB streamed from DRAM; hint 3,
+ * into L1: 6.5-7.2). In the engine (30b-a3b shape cut to 16 layers, tg16,
+ * 2 threads, 4 interleaved rounds) the per-row spread beat prefetching 4
+ * rows in one burst per 4-row block: median 11.4 vs 9.6 tok/s, no prefetch
+ * 8.6. On AMD Zen 4 the hardware prefetchers keep up by themselves and the
+ * software prefetches only cost (tg64 on the same model, 1 / 2 threads:
+ * none 25.9 / 37.0 tok/s, 2 rows 20.1 / 31.1, 4 rows 23.0 / 34.2, 8 rows
+ * 23.0 / 34.5): quant_ops_get sets pf_rows = 0 on AMD CPUs. */
 #define QUANT_PF_ROWS 4
 
 /* quant_gemm_block, except with one activation row (decode: the product
  * is a stream over the weights): then the dot kernel row by row (a gemm
  * kernel's blocking set-up per row cost 5-50% over the dot, which it
- * equals bit for bit), with software prefetch of the weights QUANT_PF_ROWS
+ * equals bit for bit), with software prefetch of the weights ops->pf_rows
  * rows ahead spread between the rows' computation. */
 static inline void quant_gemm(const quant_ops *ops, int64_t n, const void *w, size_t wstride, int nw,
                               const void *a, size_t astride, int na, float *y, size_t ldy)
 {
     if (na > 1) { quant_gemm_block(ops, n, w, wstride, nw, a, astride, na, y, ldy); return; }
     const unsigned char *wb = (const unsigned char *)w;
+    const int pf = ops->pf_rows;
     for (int r = 0; r < nw; r++) {
-        if (r + QUANT_PF_ROWS < nw) {
-            const unsigned char *p = wb + (size_t)(r + QUANT_PF_ROWS) * wstride;
+        if (pf > 0 && r + pf < nw) {
+            const unsigned char *p = wb + (size_t)(r + pf) * wstride;
             for (size_t o = 0; o < wstride; o += 64) __builtin_prefetch(p + o, 0, 1);
         }
         y[r] = ops->dot(n, wb + (size_t)r * wstride, a);

@@ -20,6 +20,8 @@ cpu_features cpu_detect(void)
     cpu_features f = {0};
 #if defined(__x86_64__) || defined(__i386__)
     unsigned int a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d))   /* vendor string "AuthenticAMD" in ebx, edx, ecx */
+        f.amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
     int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     f.fma = (c >> 12) & 1;

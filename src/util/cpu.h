@@ -12,6 +12,7 @@
 typedef struct cpu_features {
     int avx2, fma, f16c, avx512f, avxvnni;
     int avx512;   /* AVX-512 F + BW + VL + VNNI with the OS saving zmm state */
+    int amd;      /* vendor AuthenticAMD (a tuning hint: quant_ops.pf_rows) */
 } cpu_features;
 
 typedef enum cpu_isa {
