@@ -687,6 +687,18 @@ Q4K_TARGET_VNNI static inline __m256i q4k_sumi_vnni(const uint8_t *q4, const int
     Q4K_SUMI_BODY(KQ_ACC_VNNI);
 }
 
+/* The shuffles of the two-super-block K-quant dots (Q4K_DOT2_BODY,
+ * Q5K_DOT_BODY): sclo / schi spread the scale bytes 0-3 / 4-7 of an
+ * unpacked head to 16-bit pairs (both 128-bit halves: one block each),
+ * mins16 the 8 mins to 16-bit lanes. */
+#define KQ2_SHUFFLES                                                                                            \
+    const __m256i sclo = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,              \
+                                          0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1);             \
+    const __m256i schi = _mm256_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,              \
+                                          4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);             \
+    const __m256i mins16 = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1,            \
+                                            0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1)
+
 /* Two super-blocks per iteration: heads of blocks i and i+1 in the two
  * 128-bit halves of one q4k_unpack; their scales stored as sa (s = 0..3)
  * and sb (s = 4..7), block i in dwords 0..3, i+1 in 4..7; their prods from
@@ -697,12 +709,7 @@ Q4K_TARGET_VNNI static inline __m256i q4k_sumi_vnni(const uint8_t *q4, const int
     const block_q4_K *x = vw;                                                                                        \
     const block_q8_K *y = va;                                                                                        \
     const int64_t nb = n / QK_K;                                                                                     \
-    const __m256i sclo = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,                    \
-                                          0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1);                   \
-    const __m256i schi = _mm256_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,                    \
-                                          4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);                   \
-    const __m256i mins16 = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1,                  \
-                                            0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1);                 \
+    KQ2_SHUFFLES;                                                                                                    \
     __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();                                                   \
     _Alignas(32) int32_t sa[8], sb[8];                                                                               \
     int64_t i = 0;                                                                                                   \
@@ -845,12 +852,7 @@ static inline __m256i q5k_sumi_avx2(const uint8_t *q5, const uint8_t *qh, const 
     const block_q5_K *x = vw;                                                                                   \
     const block_q8_K *y = va;                                                                                   \
     const int64_t nb = n / QK_K;                                                                                \
-    const __m256i sclo = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,              \
-                                          0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1);             \
-    const __m256i schi = _mm256_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,              \
-                                          4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);             \
-    const __m256i mins16 = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1,            \
-                                            0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1);           \
+    KQ2_SHUFFLES;                                                                                               \
     __m256 acc = _mm256_setzero_ps();                                                                           \
     __m128 summs = _mm_setzero_ps();   /* lane 1: ggml's scalar summs */                                       \
     _Alignas(32) int32_t sa[8], sb[8];                                                                          \
