@@ -3,7 +3,8 @@
  *
  * Without a usable GPU (this machine and CI) cuda_open answers
  * ERR_UNSUPPORTED; the suite prints a skip note and counts the skip as one
- * passed case: `cuda_layer: 1 passed, 0 failed`, exit 0.
+ * passed case: `cuda_layer: 1 passed, 0 failed`, exit 0. `test_cuda_layer
+ * attention` runs the attention checks alone (for compute-sanitizer).
  *
  * With a GPU (fresh random inputs, outputs poisoned before each kernel):
  *   get_rows   every supported type (rows quantized by the CPU's reference
@@ -22,10 +23,15 @@
  *   attention  vs ops_attention per (row, head): Qwen3-30B-A3B's shape
  *              (32 q heads, 4 kv heads, d 128) at positions 0, 1, 700..704,
  *              2999, f16 / f32 / mixed caches, plus d 64 / 80 / 256, no
- *              GQA, a 16-head group, and out == q in place. TOLERANCE
+ *              GQA, a 16-head group, out == q in place, and rows
+ *              510..512 and 1022..1024 (one to two tiles a CTA; the
+ *              kernel's switch from all warps on each tile to per-warp
+ *              tiles). TOLERANCE
  *              |gpu - cpu| <= 1e-5 * sum_j p_j |v_j[d]| per element (the
  *              scale of the terms summed: an output may cancel to ~0, so
- *              plain relative error is meaningless there);
+ *              plain relative error is meaningless there); and
+ *              cuda_attention_rows over positions 1000..1039 bit for bit
+ *              the one-row calls;
  *   combine    vs qwen3moe.c's sum (y_t = e_t * w_t, ((y0 + y1) + ...) +
  *              x): bytes equal;
  *   add        bytes equal, in place;
@@ -397,6 +403,44 @@ static void check_attention(const attn_case *t)
     free(q); free(kf); free(vf); free(kc); free(vc); free(ref); free(got); free(scores); free(p); free(bound);
 }
 
+/* cuda_attention_rows == one-row calls, bit for bit, for rows on both
+ * sides of the switch between the kernel's paths (with 16-CTA clusters,
+ * all warps on each tile up to position 1023, per-warp tiles from 1024) */
+static void check_attention_rows(void)
+{
+    enum { NQ = 40, P0 = 1000, H = 32, HKV = 4, D = 128 };
+    const size_t QD = (size_t)H * D, rs = (size_t)HKV * D, n_ctx = P0 + NQ;
+    float *q = xmalloc(sizeof(float) * QD * NQ);
+    uint16_t *kc = xmalloc(2 * rs * n_ctx), *vc = xmalloc(2 * rs * n_ctx);
+    for (size_t i = 0; i < QD * NQ; i++) q[i] = frand() * 2.0f;
+    for (size_t i = 0; i < rs * n_ctx; i++) { kc[i] = fp32_to_fp16(frand()); vc[i] = fp32_to_fp16(frand()); }
+    float *dq = dev_from(q, sizeof(float) * QD * NQ), *drows = dev_alloc(sizeof(float) * QD * NQ);
+    float *done = dev_alloc(sizeof(float) * QD);
+    void *dk = dev_from(kc, 2 * rs * n_ctx), *dv = dev_from(vc, 2 * rs * n_ctx);
+    int32_t *dp = dev_alloc(sizeof(int32_t));
+    float *rows = xmalloc(sizeof(float) * QD * NQ), *one = xmalloc(sizeof(float) * QD);
+    const float scale = 1.0f / sqrtf((float)D);
+    err e = {0};
+    const int32_t p0 = P0;
+    cuda_upload(g_cu, dp, &p0, sizeof p0, &e);
+    CHECK_MSG(cuda_attention_rows(g_cu, drows, dq, NQ, H, HKV, D, dk, 1, dv, 1, dp, scale, &e) == 0, "%s", e.msg);
+    download(rows, drows, sizeof(float) * QD * NQ);
+    int differ = 0;
+    for (int i = 0; i < NQ; i++) {
+        const int32_t p = P0 + i;
+        cuda_upload(g_cu, dp, &p, sizeof p, &e);
+        CHECK_MSG(cuda_attention_decode(g_cu, done, dq + (size_t)i * QD, 1, H, HKV, D, dk, 1, dv, 1, dp, scale, &e) == 0,
+                  "%s", e.msg);
+        download(one, done, sizeof(float) * QD);
+        if (memcmp(one, rows + (size_t)i * QD, sizeof(float) * QD)) differ++;
+    }
+    CHECK_MSG(differ == 0, "attention rows %d..%d: %d rows differ from one-row calls", P0, P0 + NQ - 1, differ);
+    printf("  attention rows %d..%d == one-row calls: %s\n", P0, P0 + NQ - 1, differ ? "NO" : "bit-identical");
+    cuda_free(g_cu, dq); cuda_free(g_cu, drows); cuda_free(g_cu, done); cuda_free(g_cu, dk); cuda_free(g_cu, dv);
+    cuda_free(g_cu, dp);
+    free(q); free(kc); free(vc); free(rows); free(one);
+}
+
 TEST(test_attention)
 {
     static const attn_case cases[] = {
@@ -413,8 +457,13 @@ TEST(test_attention)
         { 1, 16, 2, 256, 100,  0, 0, 0, 1.0f },
         { 3, 8, 2, 80, 513,    1, 1, 0, 2.0f },   /* generic d */
         { 1, 8, 8, 96, 64,     0, 1, 0, 2.0f },
+        { 3, 32, 4, 128, 510,  1, 1, 0, 2.0f },   /* rows across one and two tiles a CTA (511 | 512) */
+        { 3, 32, 4, 128, 1022, 0, 1, 0, 2.0f },   /* rows across the all-warps/per-warp switch (1023 | 1024) */
+        { 1, 16, 2, 256, 31,   1, 0, 0, 4.0f },   /* spread, d 256, one partial tile */
+        { 1, 64, 8, 64, 200,   0, 1, 0, 2.0f },   /* spread, d 64 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
+    check_attention_rows();
 }
 
 /* ==== combine, add ==== */
@@ -544,6 +593,23 @@ static float time_ms(int (*fn)(void *), void *arg, int iters)
     return ms / iters;
 }
 
+/* Microseconds a call of fn when `calls` calls are captured in one graph
+ * and the graph is replayed `reps` times (after one warm-up replay). */
+static float graph_us(int (*fn)(void *), void *arg, int calls, int reps)
+{
+    err e = {0};
+    cuda_graph *g = NULL;
+    int rc = cuda_graph_begin(g_cu, &e);
+    for (int i = 0; !rc && i < calls; i++) rc = fn(arg);
+    if (cuda_graph_end(g_cu, &g, &e) || rc) { fprintf(stderr, "bench: graph: %s\n", e.msg); exit(2); }
+    float ms = 0;
+    if (cuda_graph_launch(g_cu, g, &e) || cuda_timer_begin(g_cu, &e)) { fprintf(stderr, "bench: %s\n", e.msg); exit(2); }
+    for (int r = 0; r < reps; r++) cuda_graph_launch(g_cu, g, &e);
+    if (cuda_timer_end(g_cu, &ms, &e)) { fprintf(stderr, "bench: %s\n", e.msg); exit(2); }
+    cuda_graph_free(g);
+    return ms * 1e3f / (float)(calls * reps);
+}
+
 typedef struct attn_bench { float *out, *q; void *k, *v; int32_t *pos; int f16; } attn_bench;
 static int run_attn(void *p)
 {
@@ -577,7 +643,7 @@ static void bench(void)
     cuda_memset(g_cu, a.q, 0, sizeof(float) * 32 * 128, &e);
     cuda_memset(g_cu, a.k, 0x11, 4 * rs * n_ctx, &e);
     cuda_memset(g_cu, a.v, 0x11, 4 * rs * n_ctx, &e);
-    static const int ps[] = { 0, 511, 2999, 8191, 32767 };
+    static const int ps[] = { 0, 150, 511, 1023, 2047, 2999, 8191, 32767 };
     for (int f16 = 1; f16 >= 0; f16--)
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
             a.f16 = f16;
@@ -587,6 +653,14 @@ static void bench(void)
             printf("bench: attention 32/4 heads d=128 %s pos %5d: %7.2f us (%.0f GB/s of K+V)\n", f16 ? "f16" : "f32",
                    ps[i], ms * 1e3, bytes / (ms * 1e-3) / 1e9);
         }
+    /* as the decode graph runs it: 20 calls captured in a graph (each a
+     * programmatic dependent of the one before), replayed 10 times */
+    a.f16 = 1;
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+        cuda_upload(g_cu, a.pos, &ps[i], sizeof(int32_t), &e);
+        printf("bench: attention 32/4 heads d=128 f16 pos %5d, graph of 20: %7.2f us a call\n", ps[i],
+               graph_us(run_attn, &a, 20, 10));
+    }
     /* the cluster size: capped at 1, 2, 4, 8 against the default */
     static const int pc[] = { 0, 150, 2999 };
     for (size_t i = 0; i < sizeof pc / sizeof pc[0]; i++) {
@@ -633,6 +707,7 @@ static void bench(void)
 int main(int argc, char **argv)
 {
     const int do_bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
+    const int only_attn = argc > 1 && strcmp(argv[1], "attention") == 0;   /* e.g. under compute-sanitizer */
     err e = {0};
     if (cuda_open(&g_cu, 0, &e) != 0) {
         printf("cuda_layer: skipped: %s\n", e.msg);
@@ -647,6 +722,12 @@ int main(int argc, char **argv)
     }
     g_tab = xmalloc(sizeof(float) * 65536);
     ops_f16_table_init(g_tab);
+    if (only_attn) {
+        RUN(test_attention);
+        cuda_close(g_cu);
+        free(g_tab);
+        return test_summary("cuda_layer");
+    }
     RUN(test_errors);
     RUN(test_get_rows);
     RUN(test_rope);

@@ -391,16 +391,24 @@ extern "C" int cuda_kv_store(cuda_ctx *c, void *cache, int f16, const float *src
  * Grid (cluster, head group, query row). A head group is GB query heads of
  * one KV head (GQA: each K/V row is loaded once for all GB heads). The cl
  * CTAs of a cluster split the row's visible positions 0..pos+i into slices
- * (multiples of 32); in a CTA, warp w takes the 32-position tiles w, w+8, ...
- * of its slice. Per tile:
- *   scores   lane t holds position t: GB dot products of its K row (16-byte
- *            loads) with the queries in shared memory, times scale;
- *   softmax  online per head: running max m, sum l and accumulator are
- *            rescaled by expf(m_old - m_new); p = expf(s - m_new);
- *   values   lane = dims: out_acc[g][d] += p[g][t] * v[t][d].
- * Then the 8 warps merge in warp order into shared memory (each rescaled
- * to the CTA's max), and the cluster's CTAs merge in rank order through
- * distributed shared memory; out = acc / l.
+ * (multiples of 32). A CTA works its slice one of two ways (chosen by the
+ * slice length alone, so the same for every CTA of a row):
+ *   per-warp tiles (slices longer than AT_SPREAD): warp w takes the
+ *     32-position tiles w, w+8, ... of its slice. Per tile:
+ *       scores   lane t holds position t: GB dot products of its K row
+ *                (16-byte loads) with the queries in shared memory, times
+ *                scale;
+ *       softmax  online per head: running max m, sum l and accumulator are
+ *                rescaled by expf(m_old - m_new); p = expf(s - m_new);
+ *       values   lane = dims: out_acc[g][d] += p[g][t] * v[t][d].
+ *     Then the warps merge in warp order (each rescaled to the CTA's max);
+ *   all warps on each tile (short slices, attn_spread): warp w owns an
+ *     eighth of the dims for the scores and the values, so one tile's
+ *     dependent chain is an eighth as long (at a short context the per-warp
+ *     tiles leave 7 of 8 warps idle).
+ * Then the cluster's CTAs merge in rank order (attn_combine: each CTA
+ * stores its partial results into the owners' shared memory, one cluster
+ * barrier, the owners combine locally); out = acc / l.
  *
  * Numerics vs ops_attention: the same scores up to the dot's summation
  * order (float, fmaf), exp of score - running max times exp of the max
@@ -462,9 +470,233 @@ __device__ __forceinline__ void ld_vec(float *f, const void *base, size_t off, i
     }
 }
 
+/* What a CTA works on: its slice [j0, j1) of the row's positions in the
+ * K and V caches (f16 when kf16 / vf16, else f32) of its KV head (element
+ * offset hoff, row stride rs), head_dim D, and the score scale. */
+struct at_slice {
+    const void *kc, *vc;
+    int kf16, vf16;
+    size_t rs, hoff;
+    int j0, j1, D;
+    float scale;
+};
+
+/* The cluster merge, by sending: output element t = g*D + d of the CTA's
+ * GB heads is owned by rank (t/256) % ncl, at index i = (t/(256 ncl))*256 +
+ * t%256 of that rank's receive rows (nown = ceil(GB*D / (256 ncl)) * 256
+ * elements a row; ncl rows fit AT_XMAX floats: nown*ncl <= 4096 for GB*D
+ * <= 2048). Every CTA with a non-empty slice stores its accumulator of t
+ * (rescaled to its own max M) into row `rank` of t's owner (distributed
+ * shared memory stores: no round trip), and every CTA stores its (M, L)
+ * into every rank's rM/rL[rank] (M = -inf: an empty slice, its row never
+ * read). One cluster barrier (release/acquire) then makes them visible,
+ * and each owner combines its outputs from its own shared memory, in rank
+ * order: num = sum_r acc_r * expf(M_r - M), den = sum_r L_r * expf(M_r -
+ * M), out = num / den. Nothing reads another CTA's shared memory after
+ * the barrier, so a CTA may exit as soon as it has combined. A CTA's
+ * shared memory may be written by another only once it has started:
+ * every thread arrives (relaxed) on the cluster barrier first thing
+ * (at_started_arrive) and waits on it (at_started_wait) before its first
+ * store into another CTA; by then the others have long arrived, so the
+ * wait costs ~nothing. */
+#define AT_XMAX (CL_MAX * 256)
+__device__ __forceinline__ void at_started_arrive() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+__device__ __forceinline__ void at_started_wait() { asm volatile("barrier.cluster.wait;" ::: "memory"); }
+template <int GB>
+struct at_xfer {
+    cg::cluster_group cl;
+    int rank, ncl, nown, D;
+    float *sx;                        /* receive rows [ncl][nown] */
+    float (*rM)[GB], (*rL)[GB];       /* received (M, L) [CL_MAX][GB] */
+    /* 4 accumulators t..t+3 (t a multiple of 4, D a multiple of 8: one
+     * head, one owner) */
+    __device__ __forceinline__ void send4(int t, float4 v) const
+    {
+        const int b = t >> 8, owner = b % ncl;
+        float *dst = cl.map_shared_rank(sx, owner) + rank * nown + (b / ncl) * 256 + (t & 255);
+        *(float4 *)dst = v;
+    }
+    __device__ __forceinline__ void send_ml(int r, int g, float M, float L) const
+    {
+        cl.map_shared_rank(&rM[0][0], r)[rank * GB + g] = M;
+        cl.map_shared_rank(&rL[0][0], r)[rank * GB + g] = L;
+    }
+};
+
+template <int GB>
+__device__ __forceinline__ void attn_combine(const at_xfer<GB> &x, float *orow)
+{
+    x.cl.sync();
+    const int tot = GB * x.D;
+    for (int t = x.rank * AT_THREADS + (int)threadIdx.x, k = 0; t < tot; t += x.ncl * AT_THREADS, k++) {
+        const int g = t / x.D, i = k * AT_THREADS + (int)threadIdx.x;
+        float M = -INFINITY;
+        for (int r = 0; r < x.ncl; r++) M = fmaxf(M, x.rM[r][g]);
+        float num = 0.0f, den = 0.0f;
+        for (int r = 0; r < x.ncl; r++) {
+            if (x.rM[r][g] == -INFINITY) continue;
+            const float fr = expf(x.rM[r][g] - M);
+            num = fmaf(x.sx[r * x.nown + i], fr, num);
+            den = fmaf(x.rL[r][g], fr, den);
+        }
+        orow[t] = num / den;
+    }
+}
+
+/* AT_SPREAD: slices of at most this many positions (a multiple of 32) take
+ * attn_spread, longer ones the per-warp tiles. With 16-CTA clusters, 64 is
+ * every context up to 1024 positions; the value is what measured best on
+ * the H200 (bench/RESULTS.md, session 9: two tiles spread beat the tiles,
+ * four did not). A -D for benchmarks only. */
+#ifndef AT_SPREAD
+#define AT_SPREAD 64
+#endif
+
+/* The spread path (short slices, at most AT_SPREAD positions): every warp
+ * works on every 32-position tile. At a short context the per-warp tiles
+ * leave 7 of 8 warps idle and the kernel's time is one warp's dependent
+ * chain (a D-long FMA chain per head, then 32 V rows in two round trips);
+ * here each step is an eighth of that. Warp w owns the C = DT/8 dims
+ * [w*C, w*C + C):
+ *   scores   lane = position: GB partial dots over the warp's C dims,
+ *            stored to sp[buf][w]; after one barrier every warp sums the 8
+ *            partials in warp order (the same floats in every warp) and
+ *            runs the same online softmax, so m, l and the rescale factors
+ *            are equal in all warps and the warps need no merge;
+ *   values   lane = (group pg, quad dq), lane = pg*NQ + dq: NQ = C/4 quads
+ *            of 4 dims, NG = 32/NQ groups; a lane accumulates p * v over
+ *            positions pg, pg+NG, ... of each tile for its 4 dims; the
+ *            groups are summed by xor shuffles once, after the last tile.
+ * One barrier a tile (sp double-buffered: a warp writing sp[buf] of tile
+ * t+2 has passed tile t+1's barrier, which every warp reaches only after
+ * reading tile t). Loads: the first tile's K chunk and V quads are issued
+ * before the q copy's barrier (one round trip for q, K and V), the next
+ * tile's K once the scores are taken and its V once the values are. Sends
+ * each warp's dims of the accumulators and (m, l) to their owners (x). */
+template <int GB, int DT>
+__device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB> &x, const float *qr, float *sq,
+                                            float (*sp)[AT_WARPS][GB][32])
+{
+    static_assert(DT == 64 || DT == 128 || DT == 256, "attn_spread: head_dim 64, 128 or 256");
+    constexpr int C = DT / 8, NQ = C / 4, NG = 32 / NQ;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int pg = lane / NQ, dq = lane - pg * NQ;
+    const int j0 = a.j0, j1 = a.j1;
+    const size_t kd = a.hoff + (size_t)warp * C;   /* this warp's K dims */
+    const size_t vd = kd + (size_t)dq * 4;         /* this lane's V dims */
+    float kf[C], vv[NQ][4];
+    /* K: this lane's position of tile tb, the warp's C dims (16/32-byte
+     * loads, aligned: offsets are multiples of 8 elements); V: the lane's
+     * NQ positions, 4 dims each. Positions past j1 read nothing (0). */
+    auto load_k = [&](int tb) {
+        const int j = tb + lane;
+#pragma unroll
+        for (int c8 = 0; c8 < C / 8; c8++) {
+            if (j < j1) ld_vec<8>(kf + 8 * c8, a.kc, (size_t)j * a.rs + kd + (size_t)c8 * 8, a.kf16);
+            else
+#pragma unroll
+                for (int e = 0; e < 8; e++) kf[8 * c8 + e] = 0.0f;
+        }
+    };
+    auto load_v = [&](int tb) {
+#pragma unroll
+        for (int i = 0; i < NQ; i++) {
+            const int j = tb + pg + NG * i;
+            if (j < j1) ld_vec<4>(vv[i], a.vc, (size_t)j * a.rs + vd, a.vf16);
+            else
+#pragma unroll
+                for (int u = 0; u < 4; u++) vv[i][u] = 0.0f;
+        }
+    };
+    if (j0 < j1) { load_k(j0); load_v(j0); }
+    for (int t = tid; t < GB * DT; t += AT_THREADS) sq[t] = qr[t];   /* DM == DT */
+    __syncthreads();
+
+    float m[GB], l[GB], acc[GB][4];
+#pragma unroll
+    for (int g = 0; g < GB; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; u++) acc[g][u] = 0.0f;
+    }
+    int buf = 0;
+    for (int tb = j0; tb < j1; tb += 32, buf ^= 1) {
+        const int valid = tb + lane < j1;
+        /* partial scores over this warp's dims (queries broadcast from
+         * shared memory) */
+#pragma unroll
+        for (int g = 0; g < GB; g++) {
+            const float *qg = sq + g * DT + warp * C;
+            float t = 0.0f;
+#pragma unroll
+            for (int e = 0; e < C; e += 4) {
+                const float4 q4 = *(const float4 *)(qg + e);
+                t = fmaf(kf[e], q4.x, t); t = fmaf(kf[e + 1], q4.y, t);
+                t = fmaf(kf[e + 2], q4.z, t); t = fmaf(kf[e + 3], q4.w, t);
+            }
+            sp[buf][warp][g][lane] = t;
+        }
+        if (tb + 32 < j1) load_k(tb + 32);
+        __syncthreads();
+        /* the tile's scores (partials in warp order) and online softmax,
+         * the same in every warp; lane = position */
+        float p[GB];
+#pragma unroll
+        for (int g = 0; g < GB; g++) {
+            float s = sp[buf][0][g][lane];
+#pragma unroll
+            for (int w = 1; w < AT_WARPS; w++) s += sp[buf][w][g][lane];
+            const float sv = valid ? s * a.scale : -INFINITY;
+            float tm = sv;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+            const float mn = fmaxf(m[g], tm);   /* finite: lane 0 is valid */
+            const float corr = m[g] == -INFINITY ? 0.0f : expf(m[g] - mn);
+            p[g] = valid ? expf(sv - mn) : 0.0f;
+            float ps = p[g];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+            l[g] = l[g] * corr + ps;
+            m[g] = mn;
+#pragma unroll
+            for (int u = 0; u < 4; u++) acc[g][u] *= corr;
+        }
+        /* values: p of position pg + NG*i is lane (pg + NG*i)'s; positions
+         * past j1 add fmaf(0, 0, a) = a */
+#pragma unroll
+        for (int i = 0; i < NQ; i++)
+#pragma unroll
+            for (int g = 0; g < GB; g++) {
+                const float pi = __shfl_sync(0xffffffffu, p[g], pg + NG * i);
+#pragma unroll
+                for (int u = 0; u < 4; u++) acc[g][u] = fmaf(pi, vv[i][u], acc[g][u]);
+            }
+        if (tb + 32 < j1) load_v(tb + 32);
+    }
+    /* sum the NG position groups (xor butterfly: every lane ends with the
+     * same bits); lanes of group 0 send the warp's dims to their owners,
+     * lane r of warp 0 sends (m, l) to rank r (every CTA has started) */
+    at_started_wait();
+#pragma unroll
+    for (int o = NQ; o < 32; o <<= 1)
+#pragma unroll
+        for (int g = 0; g < GB; g++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) acc[g][u] += __shfl_xor_sync(0xffffffffu, acc[g][u], o);
+    if (j0 < j1 && pg == 0)
+#pragma unroll
+        for (int g = 0; g < GB; g++)
+            x.send4(g * DT + warp * C + dq * 4, make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]));
+    if (warp == 0 && lane < x.ncl)
+#pragma unroll
+        for (int g = 0; g < GB; g++) x.send_ml(lane, g, m[g], l[g]);
+}
+
 /* GB query heads per CTA (1, 2, 4, 8); DT: head_dim when it is 64, 128 or
  * 256 (loops fully unrolled, lanes own U = DT/32 consecutive dims), 0 for
- * any other multiple of 8 up to 256 (lanes own dims lane + 32u). */
+ * any other multiple of 8 up to 256 (lanes own dims lane + 32u; always the
+ * per-warp tiles). */
 template <int GB, int DT>
 __global__ void __launch_bounds__(AT_THREADS)
 k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const void *__restrict__ kc, int kf16,
@@ -472,12 +704,16 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
 {
     constexpr int DM = DT ? DT : AT_DMAX;
     constexpr int UM = DM / 32;   /* dims per lane (most) */
+    static_assert(AT_THREADS == 256 && GB * DM <= 2048, "attn: the merge's layout");
     __shared__ __align__(16) float sq[GB * DM];
-    __shared__ __align__(16) float sacc[GB * DM];
-    __shared__ float sp[AT_WARPS][GB][32];
+    /* the spread path's score partials [2][AT_WARPS][GB][32]; the tiles
+     * path's merged accumulators sacc[GB*DM] once its loop is done */
+    __shared__ __align__(16) float sbuf[2 * AT_WARPS * GB * 32];
+    __shared__ __align__(16) float sx[AT_XMAX];
+    __shared__ float rM[CL_MAX][GB], rL[CL_MAX][GB];
     __shared__ float swm[AT_WARPS][GB], swl[AT_WARPS][GB];
-    __shared__ float sM[GB], sL[GB];
 
+    at_started_arrive();   /* see at_xfer */
     cg::cluster_group cl = cg::this_cluster();
     const int rank = (int)cl.block_rank(), ncl = (int)cl.num_blocks();
     const int D = DT ? DT : d_rt;
@@ -506,6 +742,24 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     pdl_enter();
 
     const float *qr = q + (size_t)row * n_head * D + (size_t)h0 * D;
+    float *orow = out + (size_t)row * n_head * D + (size_t)h0 * D;
+    const int nown = (GB * D + AT_THREADS * ncl - 1) / (AT_THREADS * ncl) * AT_THREADS;
+    const at_xfer<GB> x = { cl, rank, ncl, nown, D, sx, rM, rL };
+    /* per is the same in every CTA of the cluster (and depends only on the
+     * row's position and the cluster size), so a row's path is the same
+     * in a one-row call and in cuda_attention_rows */
+    if constexpr (DT != 0) {
+        if (per <= AT_SPREAD) {
+            const at_slice a = { kc, vc, kf16, vf16, rs, hoff, j0, j1, D, scale };
+            attn_spread<GB, DT>(a, x, qr, sq, (float (*)[AT_WARPS][GB][32])sbuf);
+            attn_combine<GB>(x, orow);
+            return;
+        }
+    }
+
+    /* the per-warp tiles (longer slices) */
+    float (*sp)[GB][32] = (float (*)[GB][32])sbuf;
+    float *sacc = sbuf;   /* after the loop */
     for (int t = tid; t < GB * D; t += AT_THREADS) sq[(t / D) * DM + t % D] = qr[t];
     __syncthreads();
 
@@ -603,6 +857,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
      * fmaf(0, 0, a) = a, so the loop stops at the last warp with a tile
      * (the same sums; at a short context 1 of 8 barriers) */
     const int wused = min(AT_WARPS, (j1 - j0 + 31) / 32);
+    at_started_wait();   /* before send_ml below */
     if (lane == 0)
 #pragma unroll
         for (int g = 0; g < GB; g++) { swm[warp][g] = m[g]; swl[warp][g] = l[g]; }
@@ -616,8 +871,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
         if (tid == g) {
             float L = 0.0f;
             for (int w = 0; w < AT_WARPS; w++) L += swm[w][g] == -INFINITY ? 0.0f : swl[w][g] * expf(swm[w][g] - M);
-            sM[g] = M;
-            sL[g] = L;
+            for (int r = 0; r < ncl; r++) x.send_ml(r, g, M, L);
         }
     }
     for (int w = 0; w < wused; w++) {
@@ -635,43 +889,14 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
         }
         __syncthreads();
     }
-
-    /* merge the cluster's CTAs (in rank order); CTA `rank` writes the
-     * outputs e = rank*256 + tid, + ncl*256, ... Every rank's (M, L) is
-     * first copied here by parallel threads, and an output's ncl remote
-     * accumulators are loaded before they are summed: distributed shared
-     * memory loads are a round trip each, so they are issued together
-     * rather than one after another (the sums are the same, in rank
-     * order). */
-    __shared__ float rM[CL_MAX][GB], rL[CL_MAX][GB];
-    cl.sync();
-    for (int t = tid; t < ncl * GB; t += AT_THREADS) {
-        const int r = t / GB, g = t - r * GB;
-        rM[r][g] = cl.map_shared_rank(sM, r)[g];
-        rL[r][g] = cl.map_shared_rank(sL, r)[g];
-    }
-    __syncthreads();
-    const int tot = GB * D;
-    float *orow = out + (size_t)row * n_head * D + (size_t)h0 * D;
-    for (int t = rank * AT_THREADS + tid; t < tot; t += ncl * AT_THREADS) {
-        const int g = t / D, d = t - g * D;
-        float ra[CL_MAX];
-#pragma unroll
-        for (int r = 0; r < CL_MAX; r++)
-            ra[r] = r < ncl && rM[r][g] != -INFINITY ? cl.map_shared_rank(sacc, r)[g * DM + d] : 0.0f;
-        float M = -INFINITY;
-        for (int r = 0; r < ncl; r++) M = fmaxf(M, rM[r][g]);
-        float num = 0.0f, den = 0.0f;
-#pragma unroll
-        for (int r = 0; r < CL_MAX; r++) {
-            if (r >= ncl || rM[r][g] == -INFINITY) continue;
-            const float fr = expf(rM[r][g] - M);
-            num = fmaf(ra[r], fr, num);
-            den = fmaf(rL[r][g], fr, den);
+    /* send the merged accumulators to their owners (4 consecutive
+     * elements of one head: D is a multiple of 8) */
+    if (j0 < j1)
+        for (int t = 4 * tid; t < GB * D; t += 4 * AT_THREADS) {
+            const int g = t / D, d = t - g * D;
+            x.send4(t, *(const float4 *)(sacc + g * DM + d));
         }
-        orow[t] = num / den;
-    }
-    cl.sync();   /* keep every CTA's shared memory alive until all reads are done */
+    attn_combine<GB>(x, orow);
 }
 
 template <int GB>
