@@ -810,8 +810,8 @@ static ALWAYS_INLINE void q5_K_k(int64_t nb, const void *vw, const uint8_t *a, s
     store_rows(_mm256_add_ps(hsum8_rows(v), summs), nc, y, ldy);   /* both in pair order */
 }
 ROWS_DISPATCH(q5_K)
-DEFINE_GEMM(q5_K, quant_avx2_dot_q5_K)
-DEFINE_GEMM_EVEX(q5_K, quant_avx2_dot_q5_K)
+DEFINE_GEMM(q5_K, quant_avxvnni_dot_q5_K)
+DEFINE_GEMM_EVEX(q5_K, quant_avx512_dot_q5_K)
 
 /* ==== Q6_K ====
  * Dot (quant_avx2_dot_q6_K), per super-block: sumi = sum scale * maddubs(q6,
