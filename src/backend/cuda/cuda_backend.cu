@@ -232,12 +232,110 @@ extern "C" int cuda_graph_launch(cuda_ctx *c, cuda_graph *g, err *e)
     return cuda_fail(e, cudaGraphLaunch(g->exec, c->stream), "graph launch");
 }
 
+extern "C" int cuda_graph_kernels(const cuda_graph *g)
+{
+    size_t n = 0;
+    if (!g || cudaGraphGetNodes(g->graph, NULL, &n) != cudaSuccess) return -1;
+    cudaGraphNode_t *nodes = (cudaGraphNode_t *)calloc(n ? n : 1, sizeof *nodes);
+    if (!nodes) return -1;
+    int k = -1;
+    if (cudaGraphGetNodes(g->graph, nodes, &n) == cudaSuccess) {
+        k = 0;
+        for (size_t i = 0; i < n; i++) {
+            cudaGraphNodeType ty;
+            if (cudaGraphNodeGetType(nodes[i], &ty) == cudaSuccess && ty == cudaGraphNodeTypeKernel) k++;
+        }
+    }
+    free(nodes);
+    return k;
+}
+
 extern "C" void cuda_graph_free(cuda_graph *g)
 {
     if (!g) return;
     if (g->exec) cudaGraphExecDestroy(g->exec);
     if (g->graph) cudaGraphDestroy(g->graph);
     free(g);
+}
+
+/* ==== Dependent-step latency ====
+ * k_chain_step: one link of a chain of kernels, each a programmatic
+ * dependent of the one before (as the decode graph's): every CTA waits, its
+ * thread 0 reads the previous link's value at L2, CTA 0 writes value + 1.
+ * k_barrier_chain: the same dependency inside one persistent grid, one
+ * grid-wide barrier a link (the count's top bit flips once per barrier:
+ * CTA 0 adds 2^31 - (G - 1), the others 1; cooperative groups' scheme). */
+__global__ void k_chain_step(const unsigned *in, unsigned *out)
+{
+    pdl_enter();
+    if (threadIdx.x == 0) {
+        const unsigned v = __ldcg(in);
+        if (blockIdx.x == 0) out[0] = v + 1;
+    }
+}
+
+__global__ void k_barrier_chain(unsigned *bar, unsigned *val, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (threadIdx.x == 0 && blockIdx.x == 0) val[0] = __ldcg(val) + 1;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+            __threadfence();
+            const unsigned old = atomicAdd(bar, add);
+            unsigned now;
+            do {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(now) : "l"(bar) : "memory");
+            } while (((old ^ now) & 0x80000000u) == 0);
+            __threadfence();
+            (void)__ldcg(val);
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" int cuda_step_probe(cuda_ctx *c, int ctas, int persistent, int steps, float *us, err *e)
+{
+    *us = 0;
+    if (ctas < 1 || steps < 1 || steps > 100000)
+        return err_setf(e, ERR_USAGE, "cuda_step_probe: ctas=%d steps=%d", ctas, steps);
+    if (persistent) {
+        int per_sm = 0;
+        int r = cuda_fail(e, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_barrier_chain, 256, 0),
+                          "step probe occupancy");
+        if (r) return r;
+        if (ctas > per_sm * c->info.sm_count)
+            return err_setf(e, ERR_USAGE, "cuda_step_probe: %d CTAs are not all resident (%d an SM)", ctas, per_sm);
+    }
+    unsigned *buf = NULL;
+    int r = cuda_fail(e, cudaMalloc((void **)&buf, 64 * sizeof(unsigned)), "step probe alloc");
+    if (r) return r;
+    cuda_graph *g = NULL;
+    if (!(r = cuda_fail(e, cudaMemsetAsync(buf, 0, 64 * sizeof(unsigned), c->stream), "step probe memset")) &&
+        !(r = cuda_graph_begin(c, e))) {
+        int rl = 0;
+        if (persistent) {
+            k_barrier_chain<<<ctas, 256, 0, c->stream>>>(buf, buf + 32, steps);
+            rl = cuda_launch_check(e, "step probe");
+        } else {
+            for (int i = 0; i < steps && !rl; i++)
+                rl = cuda_launch(c, k_chain_step, dim3((unsigned)ctas), dim3(256), 0, e, "step probe",
+                                 (const unsigned *)(buf + 32 * (i & 1)), buf + 32 * (~i & 1));
+        }
+        r = cuda_graph_end(c, &g, rl ? NULL : e);
+        if (rl) r = rl;
+    }
+    float best = 0;
+    for (int rep = 0; !r && rep < 6; rep++) {   /* the first replay warms up */
+        float ms = 0;
+        if ((r = cuda_timer_begin(c, e)) || (r = cuda_graph_launch(c, g, e)) || (r = cuda_timer_end(c, &ms, e))) break;
+        if (rep > 0 && (best == 0 || ms < best)) best = ms;
+    }
+    cuda_graph_free(g);
+    cudaStreamSynchronize(c->stream);
+    cudaFree(buf);
+    if (!r) *us = best * 1e3f / (float)steps;
+    return r;
 }
 
 /* Grid-stride read of n16 uint4s; each thread keeps 4 independent loads in

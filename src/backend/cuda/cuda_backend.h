@@ -106,6 +106,15 @@ int  cuda_timer_end(cuda_ctx *c, float *ms, err *e);
  * 16-byte loads and folded into *sink_dev (one uint32, device) so the loads
  * cannot be dropped. bytes must be a multiple of 16, buf 16-byte aligned. */
 int  cuda_read_probe(cuda_ctx *c, const void *buf_dev, size_t bytes, uint32_t *sink_dev, err *e);
+/* The latency of one dependent step, the floor under a chain of kernels
+ * that each need the one before: `steps` links, each a launch of `ctas`
+ * CTAs of 256 threads as a programmatic dependent of the previous (as the
+ * decode graph runs its kernels), whose CTAs read the previous link's value
+ * and whose CTA 0 writes the next; or (persistent) one grid of `ctas`
+ * resident CTAs passing `steps` grid-wide barriers with the same
+ * dependency. Captured as one graph, replayed 6 times: *us = the best
+ * replay's microseconds a step. */
+int  cuda_step_probe(cuda_ctx *c, int ctas, int persistent, int steps, float *us, err *e);
 
 /* ==== CUDA graphs: capture a sequence of enqueued calls, replay it ====
  * cuda_graph_begin starts capturing the context's stream (thread-local
@@ -127,6 +136,8 @@ int  cuda_graph_begin(cuda_ctx *c, err *e);
 int  cuda_graph_end(cuda_ctx *c, cuda_graph **g, err *e);
 int  cuda_graph_launch(cuda_ctx *c, cuda_graph *g, err *e);
 void cuda_graph_free(cuda_graph *g);
+/* Kernel nodes of g (a decode row's graph: its dependent steps), -1 on error. */
+int  cuda_graph_kernels(const cuda_graph *g);
 
 /* ==== Activation quantization ====
  * The matvec for weight type wtype reads its input already quantized to the

@@ -1464,6 +1464,8 @@ void cuda_model_set_graph(cuda_model *m, int on) { m->use_graph = on != 0 && !m-
 
 void cuda_model_set_record(cuda_model *m, int on) { m->record = on != 0; }
 
+int cuda_model_graph_kernels(const cuda_model *m) { return m->graph ? cuda_graph_kernels(m->graph) : -1; }
+
 void cuda_model_set_chunk(cuda_model *m, int rows) { m->nc_set = rows > 0 ? rows : 0; }
 
 void cuda_model_set_matvec(cuda_model *m, int mode)

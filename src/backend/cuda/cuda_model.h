@@ -126,6 +126,9 @@ void cuda_model_set_record(cuda_model *m, int on);
  * chunk at `rows` (1: rows one at a time, by graphs unless the arena or
  * recording is on; 0: no cap); for tests and benchmarks. */
 void cuda_model_set_chunk(cuda_model *m, int rows);
+/* Kernels a greedy step launches (the nodes of its graph: the token's
+ * chain of dependent steps); -1 before the first graph greedy. */
+int  cuda_model_graph_kernels(const cuda_model *m);
 
 /* The matvec kernel choice (cuda_matvec_force: 0 by shape, 1 tile, 2
  * direct) for a benchmark; drops the captured graphs (recaptured at next

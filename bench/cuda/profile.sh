@@ -1,0 +1,42 @@
+#!/bin/sh
+# Where a decode token's GPU time goes, kernel by kernel (30b-a3b shape, all
+# in VRAM): ncu times every kernel of one prompt row and two greedy steps
+# (test_cuda_model --profile: plain launches, one kernel at a time, caches
+# and clocks left as they are), then the kernels are summed by name over
+# the last greedy step: count, total and mean microseconds, share of the
+# step. Serialised kernels lose the overlap of programmatic dependent
+# launch, so the total exceeds the graph-replayed token (decode.sh); the
+# shares say which kernels hold the time.
+#
+# Usage: sh bench/cuda/profile.sh [MODEL]   (MODEL as decode.sh; needs ncu)
+M=${1:-/tmp/strata-30b-a3b.gguf}
+T=${T:-}
+for c in "$T" build/tests/test_cuda_model build/prebuilt/test_cuda_model_static; do
+    [ -n "$c" ] && [ -x "$c" ] && "$c" --info </dev/null >/dev/null 2>&1 && { T=$c; break; }
+    T=""
+done
+[ -n "$T" ] || { echo "profile.sh: no test_cuda_model binary starts (make cuda)"; exit 1; }
+command -v ncu >/dev/null || { echo "profile.sh: no ncu"; exit 1; }
+"$T" --profile "$M" >/dev/null || exit 1   # generates the model when missing, outside the profiler
+CSV=${TMPDIR:-/tmp}/strata-profile.csv
+ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    --print-kernel-base function "$T" --profile "$M" >"$CSV" 2>/dev/null || { echo "profile.sh: ncu failed"; exit 1; }
+python3 - "$CSV" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr, data = rows[0], rows[1:]
+ki, vi = hdr.index("Kernel Name"), hdr.index("Metric Value")
+ks = [(r[ki], float(r[vi].replace(",", "")) / 1e3) for r in data]   # ns ("5,248") -> us
+# the last greedy step: from the last argmax's predecessor run back to the previous argmax
+am = [i for i, (k, _) in enumerate(ks) if "argmax" in k]
+step = ks[am[-2] + 1:am[-1] + 1] if len(am) >= 2 else ks
+tot = sum(t for _, t in step)
+agg = collections.OrderedDict()
+for k, t in step:
+    c, s = agg.get(k, (0, 0.0)); agg[k] = (c + 1, s + t)
+print("profile: %d kernels in the last greedy step, %.1f us serialised" % (len(step), tot))
+print("| kernel | launches | total us | mean us | share |")
+print("|---|---:|---:|---:|---:|")
+for k, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+    print("| %s | %d | %.1f | %.2f | %.1f%% |" % (k, c, s, s / c, 100 * s / tot))
+PY
