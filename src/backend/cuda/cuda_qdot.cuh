@@ -162,18 +162,6 @@ QD_HD uint32_t qd_vsub4(uint32_t a, uint32_t b)
 #endif
 }
 
-/* Q4_K/Q5_K packed 6-bit (scale, min) of sub-block j (quant_scale_min_k4). */
-QD_HD void qd_scale_min_k4(int j, const uint8_t *s, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 #define QD_Q4K_ITEMS 8
 #define QD_Q5K_ITEMS 8
 #define QD_Q6K_ITEMS 16
@@ -203,6 +191,32 @@ QD_HD qd_u4 qd_ld128(const uint8_t *p)
     return r;
 }
 
+/* The Q4_K / Q5_K block header in one 16-byte load (d, dmin, scales[12]:
+ * the block's first 16 bytes, 16-byte aligned): d and dmin as floats, and
+ * the 6-bit (scale, min) of sub-blocks 2j and 2j + 1, quant_scale_min_k4's
+ * bits taken from the loaded words instead of byte loads (the byte i of
+ * scales is byte i & 3 of word y, z, w for i < 4, < 8, < 12). */
+#define QD_B(w, b) (((w) >> (8 * (b))) & 0xffu)
+QD_HD void qd_k4_head(const uint8_t *bp, int j, float *d, float *dm, int *sc0, int *m0, int *sc1, int *m1)
+{
+    const qd_u4 hd = qd_ld128(bp);
+    *d = qd_h2f((uint16_t)(hd.x & 0xffffu));
+    *dm = qd_h2f((uint16_t)(hd.x >> 16));
+    const int b0 = (2 * j) & 3, b1 = b0 + 1;
+    if (j < 2) {   /* sub-blocks 0..3 */
+        *sc0 = (int)(QD_B(hd.y, b0) & 63);
+        *m0 = (int)(QD_B(hd.z, b0) & 63);
+        *sc1 = (int)(QD_B(hd.y, b1) & 63);
+        *m1 = (int)(QD_B(hd.z, b1) & 63);
+    } else {       /* sub-blocks 4..7 */
+        *sc0 = (int)((QD_B(hd.w, b0) & 0xf) | ((QD_B(hd.y, b0) >> 6) << 4));
+        *m0 = (int)((QD_B(hd.w, b0) >> 4) | ((QD_B(hd.z, b0) >> 6) << 4));
+        *sc1 = (int)((QD_B(hd.w, b1) & 0xf) | ((QD_B(hd.y, b1) >> 6) << 4));
+        *m1 = (int)((QD_B(hd.w, b1) >> 4) | ((QD_B(hd.z, b1) >> 6) << 4));
+    }
+}
+#undef QD_B
+
 /* wrow: the row's first block, 16-byte aligned (144-byte blocks keep it).
  * xq 16-aligned. */
 QD_HD float qd_item_q4_K(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
@@ -230,12 +244,12 @@ QD_HD float qd_item_q4_K(const uint8_t *wrow, const int8_t *xq, const float *xd,
     }
 #endif
     int sc0, m0, sc1, m1;
-    qd_scale_min_k4(2 * j, bp + 4, &sc0, &m0);
-    qd_scale_min_k4(2 * j + 1, bp + 4, &sc1, &m1);
+    float hd, hm;
+    qd_k4_head(bp, j, &hd, &hm, &sc0, &m0, &sc1, &m1);
     const int isum = sc0 * lo + sc1 * hi;
     const int msum = m0 * xbs[blk * 16 + 4 * j + h] + m1 * xbs[blk * 16 + 4 * j + 2 + h];
     const float dx = xd[blk];
-    const float d = qd_h2f(qd_ld16(bp)) * dx, dm = qd_h2f(qd_ld16(bp + 2)) * dx;
+    const float d = hd * dx, dm = hm * dx;
     return d * (float)isum - dm * (float)msum;
 }
 
@@ -263,12 +277,12 @@ QD_HD float qd_item_q5_K(const uint8_t *wrow, const int8_t *xq, const float *xd,
 #undef QD_Q5_LO
 #undef QD_Q5_HI
     int sc0, m0, sc1, m1;
-    qd_scale_min_k4(s0, bp + 4, &sc0, &m0);
-    qd_scale_min_k4(s1, bp + 4, &sc1, &m1);
+    float hd, hm;
+    qd_k4_head(bp, j, &hd, &hm, &sc0, &m0, &sc1, &m1);
     const int isum = sc0 * lo + sc1 * hi;
     const int msum = m0 * xbs[blk * 16 + 4 * j + h] + m1 * xbs[blk * 16 + 4 * j + 2 + h];
     const float dx = xd[blk];
-    const float d = qd_h2f(qd_ld16(bp)) * dx, dm = qd_h2f(qd_ld16(bp + 2)) * dx;
+    const float d = hd * dx, dm = hm * dx;
     return d * (float)isum - dm * (float)msum;
 }
 
@@ -307,8 +321,13 @@ QD_HD float qd_item_q8_0(const uint8_t *wrow, const int8_t *xq, const float *xd,
     const uint8_t *bp = wrow + blk * 34;
     const uint8_t *q = bp + 2 + 16 * h;
     const uint8_t *xs = (const uint8_t *)xq + blk * 32 + 16 * h;
-    int s = 0;
-    for (int t = 0; t < 4; t++) s = qd_dp4a(qd_ld32_h2(q + 4 * t), qd_ld32(xs + 4 * t), s);
+    /* the 16 activation bytes in one 16-byte load (four word loads of
+     * neighbouring lanes hit one shared-memory bank 4 ways) */
+    const qd_u4 xa = qd_ld128(xs);
+    int s = qd_dp4a(qd_ld32_h2(q), xa.x, 0);
+    s = qd_dp4a(qd_ld32_h2(q + 4), xa.y, s);
+    s = qd_dp4a(qd_ld32_h2(q + 8), xa.z, s);
+    s = qd_dp4a(qd_ld32_h2(q + 12), xa.w, s);
     const float d = qd_h2f(qd_ld16(bp)) * xd[blk];
     return d * (float)s;
 }
