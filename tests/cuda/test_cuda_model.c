@@ -41,7 +41,10 @@
  * timed; printed: tok/s, the weight bytes a token reads (all dense tensors,
  * the k experts of every layer, the head, one embedding row) times tok/s as
  * GB/s, and that as a fraction of the device's read bandwidth measured in
- * the same run (cuda_read_probe over a 4 GiB buffer, best of 5).
+ * the same run (cuda_read_probe over a 4 GiB buffer, best of 5); then the
+ * latency of one dependent step (cuda_step_probe) and the token's floors:
+ * its kernels (the greedy graph's kernel nodes) times that latency, and its
+ * bytes at the read bandwidth.
  * --bench-tiered [PATH [host|ssd]]: the experts in host RAM behind GPU arenas of 10%,
  * 25% and 50% (see bench_tiered).
  * --profile [PATH]: one prompt row and 2 greedy steps, plain launches, for a
