@@ -496,6 +496,48 @@ TEST(test_rmsnorm)
     }
 }
 
+/* The fused norm + quantization against the two calls, byte for byte, for
+ * Q8_0 / Q8_1 rows whose block count is not a multiple of the 32 blocks a
+ * CTA quantizes a round (four a warp), and a Q8_K row. */
+TEST(test_rmsnorm_quant_shapes)
+{
+    static const int ns[] = { 736, 4192, 8192, 4096 };
+    static const int qt[] = { QTYPE_Q8_0, QTYPE_Q4_1, QTYPE_Q4_K };
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        const int n = ns[i];
+        float *x = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * n);
+        float *y1 = xmalloc(sizeof(float) * n), *y2 = xmalloc(sizeof(float) * n);
+        for (int j = 0; j < n; j++) { x[j] = frand() * 4.0f; w[j] = 0.5f + frand(); }
+        for (int j = 0; j < 32; j++) x[j] = 0.f;   /* an all-zero block */
+        float *dx = dev_from(x, sizeof(float) * n), *dw = dev_from(w, sizeof(float) * n);
+        float *dy = dev_alloc(sizeof(float) * n);
+        err e = {0};
+        for (size_t t = 0; t < sizeof qt / sizeof qt[0]; t++) {
+            const size_t ab = cuda_act_bytes(qt[t], n);
+            if (!ab) continue;   /* Q8_K needs n % 256 == 0 */
+            uint8_t *q1 = xmalloc(ab), *q2 = xmalloc(ab);
+            void *dq = dev_alloc(ab);
+            CHECK(cuda_rmsnorm(g_cu, dy, dx, dw, n, 1, 1e-6f, &e) == 0);
+            CHECK(cuda_act_quant(g_cu, qt[t], dy, dq, n, 1, &e) == 0);
+            CHECK(cuda_download(g_cu, y1, dy, sizeof(float) * n, &e) == 0);
+            CHECK(cuda_download(g_cu, q1, dq, ab, &e) == 0);
+            CHECK(cuda_memset(g_cu, dq, 0xA5, ab, &e) == 0);
+            CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * n, &e) == 0);
+            CHECK_MSG(cuda_rmsnorm_quant(g_cu, qt[t], dy, dq, dx, dw, n, 1e-6f, &e) == 0, "%s", e.msg);
+            CHECK(cuda_download(g_cu, y2, dy, sizeof(float) * n, &e) == 0);
+            CHECK(cuda_download(g_cu, q2, dq, ab, &e) == 0);
+            const int same = !memcmp(y1, y2, sizeof(float) * n) && !memcmp(q1, q2, ab);
+            CHECK_MSG(same, "rmsnorm_quant %s n=%d differs from rmsnorm then act_quant", qtype_name(qt[t]), n);
+            printf("  rmsnorm_quant %s n=%d (%d blocks): %s\n", qtype_name(qt[t]), n,
+                   (int)(n / qtype_get(qtype_get(qt[t])->dot_type)->blck), same ? "bit-identical" : "DIFFERS");
+            cuda_free(g_cu, dq);
+            free(q1); free(q2);
+        }
+        cuda_free(g_cu, dx); cuda_free(g_cu, dw); cuda_free(g_cu, dy);
+        free(x); free(w); free(y1); free(y2);
+    }
+}
+
 TEST(test_swiglu)
 {
     const int n = 6144;
@@ -753,6 +795,7 @@ int main(int argc, char **argv)
     RUN(test_matvec_batch);
     RUN(test_matmul);
     RUN(test_rmsnorm);
+    RUN(test_rmsnorm_quant_shapes);
     RUN(test_swiglu);
     RUN(test_router);
     if (cuda_sync(g_cu, &e)) { fprintf(stderr, "cuda: %s\n", e.msg); test_g.failed++; }

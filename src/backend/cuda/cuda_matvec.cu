@@ -136,6 +136,51 @@ __device__ __forceinline__ void quant_q8_0_warp(const float *x, const float *u, 
     if (lane == 0) qd_st16(ob, __half_as_ushort(__float2half_rn(am / 127.f)));
 }
 
+/* quant_q8_0_warp's blocks, four a warp: the 8 lanes of group g = lane / 8
+ * take block `b` (their own; lanes past nb pass b = nb - 1 and store
+ * nothing), 4 values a lane (lane l8 = lane % 8: values 4 l8 .. 4 l8 + 3)
+ * from shared memory. The same values (the block's max is order-free, the
+ * Q8_1 sum is a wrapping integer sum) in a quarter of the rounds: the
+ * fused norm's quantization of a 2048-value row takes 2 rounds a warp
+ * instead of 8. Every lane of the warp calls it. */
+template <int Q81>
+__device__ __forceinline__ void quant_q8_0_oct(const float *x, uint8_t *out, int b, bool store)
+{
+    const int l8 = threadIdx.x & 7;
+    const float4 v4 = *(const float4 *)(x + (size_t)b * 32 + 4 * l8);
+    const float v[4] = { v4.x, v4.y, v4.z, v4.w };
+    float am = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+    const float id = am != 0.f ? 127.f / am : 0.f;
+    int q[4];
+    uint32_t sum = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float tv = __fmul_rn(v[i], id);
+        q[i] = isfinite(tv) ? __float2int_rn(tv) : INT_MIN;
+        sum += (uint32_t)q[i];
+        q[i] = q[i] < -128 ? -128 : q[i] > 127 ? 127 : q[i];
+    }
+    uint32_t pk = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) pk |= (uint32_t)(q[i] & 0xff) << (8 * i);
+    if (Q81) {
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    if (!store) return;
+    uint8_t *ob = out + (size_t)b * (Q81 ? QD_Q81_BYTES : CQ8_0_BYTES);
+    uint8_t *oq = ob + (Q81 ? 4 : 2) + 4 * l8;
+    qd_st16(oq, (uint16_t)(pk & 0xffffu));
+    qd_st16(oq + 2, (uint16_t)(pk >> 16));
+    if (l8 == 0) {
+        const float d = am / 127.f;
+        qd_st16(ob, __half_as_ushort(__float2half_rn(d)));
+        if (Q81) qd_st16(ob + 2, __half_as_ushort(__float2half_rn(__fmul_rn(d, (float)(int32_t)sum))));
+    }
+}
+
 template <int Q81, int SWI>
 __global__ void k_quant_q8_0(const float *__restrict__ x, const float *__restrict__ u, uint8_t *__restrict__ out,
                              int64_t nblocks)
@@ -157,15 +202,19 @@ k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__
 {
     pdl_enter();
     __shared__ double part[RMS_THREADS / 32];
-    __shared__ float sy[CUDA_RMSQ_MAXN];
+    __shared__ __align__(16) float sy[CUDA_RMSQ_MAXN];   /* 16: quant_q8_0_oct reads float4 */
     rms_row(sy, x, w, n, eps, part);
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += RMS_THREADS) y[i] = sy[i];
     const int warp = threadIdx.x >> 5, nw = RMS_THREADS / 32;
     const int nb = DT == 2 ? n / CQK_K : n / CQK8_0;
-    for (int b = warp; b < nb; b += nw) {
-        if (DT == 2) quant_q8_K_warp<0>(sy, NULL, xq, b);
-        else quant_q8_0_warp<DT, 0>(sy, NULL, xq, b);
+    if (DT == 2) {
+        for (int b = warp; b < nb; b += nw) quant_q8_K_warp<0>(sy, NULL, xq, b);
+    } else {
+        for (int base = 4 * warp; base < nb; base += 4 * nw) {   /* warp-uniform */
+            const int b = base + ((threadIdx.x & 31) >> 3);
+            quant_q8_0_oct<DT>(sy, xq, b < nb ? b : nb - 1, b < nb);
+        }
     }
 }
 
