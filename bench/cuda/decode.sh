@@ -12,12 +12,7 @@
 # Binary: $T, else build/tests/test_cuda_model, else the carried static build
 # build/prebuilt/test_cuda_model_static.
 M=${1:-/tmp/strata-30b-a3b.gguf}
-T=${T:-}
-for c in "$T" build/tests/test_cuda_model build/prebuilt/test_cuda_model_static; do
-    [ -n "$c" ] && [ -x "$c" ] && "$c" --info </dev/null >/dev/null 2>&1 && { T=$c; break; }
-    T=""
-done
-[ -n "$T" ] || { echo "decode.sh: no test_cuda_model binary starts (make cuda)"; exit 1; }
+WHO=decode.sh . "$(dirname "$0")/model_bin.sh"
 if [ ! -f "$M" ] && [ -x build/strata ]; then
     build/strata mkmodel --preset 30b-a3b -q -o "$M" || echo "decode.sh: strata mkmodel failed; the test generates it"
 fi

@@ -10,12 +10,7 @@
 #
 # Usage: sh bench/cuda/profile.sh [MODEL]   (MODEL as decode.sh; needs ncu)
 M=${1:-/tmp/strata-30b-a3b.gguf}
-T=${T:-}
-for c in "$T" build/tests/test_cuda_model build/prebuilt/test_cuda_model_static; do
-    [ -n "$c" ] && [ -x "$c" ] && "$c" --info </dev/null >/dev/null 2>&1 && { T=$c; break; }
-    T=""
-done
-[ -n "$T" ] || { echo "profile.sh: no test_cuda_model binary starts (make cuda)"; exit 1; }
+WHO=profile.sh . "$(dirname "$0")/model_bin.sh"
 command -v ncu >/dev/null || { echo "profile.sh: no ncu"; exit 1; }
 "$T" --profile "$M" >/dev/null || exit 1   # generates the model when missing, outside the profiler
 CSV=${TMPDIR:-/tmp}/strata-profile.csv

@@ -23,12 +23,7 @@
 # Binary: $T, else build/tests/test_cuda_model, else the carried static build
 # build/prebuilt/test_cuda_model_static.
 M=${1:-/tmp/strata-80b-a3b.gguf}
-T=${T:-}
-for c in "$T" build/tests/test_cuda_model build/prebuilt/test_cuda_model_static; do
-    [ -n "$c" ] && [ -x "$c" ] && "$c" --info </dev/null >/dev/null 2>&1 && { T=$c; break; }
-    T=""
-done
-[ -n "$T" ] || { echo "tiered.sh: no test_cuda_model binary starts (make cuda)"; exit 1; }
+WHO=tiered.sh . "$(dirname "$0")/model_bin.sh"
 if [ ! -f "$M" ] && [ -x build/strata ]; then
     build/strata mkmodel --preset 80b-a3b -q -o "$M" || echo "tiered.sh: strata mkmodel failed; the test generates it"
 fi
