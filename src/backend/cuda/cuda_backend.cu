@@ -331,8 +331,8 @@ extern "C" int cuda_step_probe(cuda_ctx *c, int ctas, int persistent, int steps,
         if ((r = cuda_timer_begin(c, e)) || (r = cuda_graph_launch(c, g, e)) || (r = cuda_timer_end(c, &ms, e))) break;
         if (rep > 0 && (best == 0 || ms < best)) best = ms;
     }
+    cudaStreamSynchronize(c->stream);   /* the graph may not be freed, nor buf, while it runs */
     cuda_graph_free(g);
-    cudaStreamSynchronize(c->stream);
     cudaFree(buf);
     if (!r) *us = best * 1e3f / (float)steps;
     return r;

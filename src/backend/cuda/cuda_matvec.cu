@@ -193,9 +193,11 @@ __global__ void k_quant_q8_0(const float *__restrict__ x, const float *__restric
 /* RMSNorm of one row (rms_row, cuda_rmsnorm's numerics) and its
  * quantization to the dot type DT (0 Q8_0, 1 Q8_1, 2 Q8_K) in one CTA of
  * RMS_THREADS: the normed row goes to shared memory (n <= CUDA_RMSQ_MAXN), then
- * to y (global) while each warp quantizes blocks w, w + 8, ... from shared
- * memory: the blocks' loads are shared-memory latency, not a global round
- * trip each. */
+ * to y (global) while the warps quantize it from shared memory (the blocks'
+ * loads are shared-memory latency, not a global round trip each): Q8_K
+ * blocks w, w + 8, ... a warp; Q8_0 / Q8_1 blocks four a warp at once
+ * (quant_q8_0_oct), so the rounds a warp runs one after the other, the
+ * kernel's critical path, are a quarter as many. */
 template <int DT>
 __global__ void __launch_bounds__(RMS_THREADS)
 k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__ w, int n, float eps)
