@@ -1,29 +1,28 @@
-#!/bin/bash
-# The one-call device run of the CUDA slice (issue 9): build if the machine
-# can, else use the binaries built here and carried (build/tests/test_cuda,
-# build/prebuilt/test_cuda_static: same source, cudart linked statically),
-# then the correctness suite, the bench and a memcheck pass. Logs go to
-# $OUT (or ./device-out). Usage: sh tests/cuda/device_run.sh
-# (MV_MODES="tile direct" sh tests/cuda/device_run.sh adds the A/B bench)
+#!/bin/sh
+# The one-call device run of the CUDA backend (issue 9). The device image
+# has nvcc but not the CPU library's build dependencies (liburing), so the
+# binaries are built here and carried:
+#   make BUILD=build/cu cuda && sh bench/cuda/link_static.sh . build/prebuilt/bin
+#   device run: sh tests/cuda/device_run.sh   (carry: build/prebuilt/bin)
+# Runs the three CUDA suites, the decode bench (bench/cuda/decode.sh) and a
+# compute-sanitizer memcheck of test_cuda; logs to $OUT (or ./device-out).
+# Usage: sh tests/cuda/device_run.sh [BIN]   (BIN default build/prebuilt/bin)
 OUT=${OUT:-device-out}
+BIN=${1:-build/prebuilt/bin}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv >"$OUT/smi.txt" 2>&1
 cat "$OUT/smi.txt"
-T=""
-if timeout 240 make -j16 BUILD=/tmp/dbuild cuda >"$OUT/build.log" 2>&1; then
-    T=/tmp/dbuild/tests/test_cuda; echo "built on the device"
-else
-    echo "device build failed (see build.log tail):"; tail -n 5 "$OUT/build.log"
-fi
-for c in "$T" build/tests/test_cuda build/prebuilt/test_cuda_static; do
-    [ -n "$c" ] && [ -x "$c" ] && "$c" --info </dev/null && { T=$c; break; }
-    T=""
+rc=0
+for t in test_cuda test_cuda_layer test_cuda_model; do
+    [ -x "$BIN/$t" ] || { echo "device_run: no $BIN/$t (build it: bench/cuda/link_static.sh)"; exit 1; }
+    "$BIN/$t" >"$OUT/$t.log" 2>&1 || rc=1
+    echo "$t: $(tail -n 1 "$OUT/$t.log")"
+    grep -h "FAIL" "$OUT/$t.log" | head -n 5
 done
-[ -n "$T" ] || { echo "no test binary starts"; exit 1; }
-echo "using $T"
-"$T" 2>&1 | tee "$OUT/test.log"
-"$T" --bench 2>&1 | tee "$OUT/bench.log"
+T=$BIN/test_cuda_model sh bench/cuda/decode.sh >"$OUT/decode.log" 2>&1 || rc=1
+grep "^bench:" "$OUT/decode.log" | grep -v "arena\|copy from"
 if command -v compute-sanitizer >/dev/null; then
-    timeout 150 compute-sanitizer --tool memcheck "$T" >"$OUT/memcheck.log" 2>&1
+    timeout 150 compute-sanitizer --tool memcheck "$BIN/test_cuda" >"$OUT/memcheck.log" 2>&1
     echo "memcheck exit $?"; tail -n 3 "$OUT/memcheck.log"
 fi
+exit $rc
