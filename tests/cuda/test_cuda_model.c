@@ -583,24 +583,25 @@ static int greedy_timed(cuda_model *g, int32_t first, int pos0, int n, int32_t *
     return rc;
 }
 
-/* The bench model: path, generated with the 30b-a3b preset when missing. */
-static int ensure_model(const char *path)
+/* A bench model: path, generated with `preset` when missing; messages
+ * start with `who`. */
+static int ensure_model(const char *path, const char *preset, const char *who)
 {
     err e = {0};
     if (access(path, R_OK) == 0) return 0;
-    printf("bench: generating %s (preset 30b-a3b)\n", path);
+    printf("%s: generating %s (preset %s)\n", who, path, preset);
     fflush(stdout);
     const double t0 = timer_ms();
-    mkmodel_opts mo = { .path = path, .preset = "30b-a3b" };
-    if (strata_mkmodel(&mo, stdout, &e)) { fprintf(stderr, "bench: mkmodel: %s\n", e.msg); return 1; }
-    printf("bench: generated in %.1f s\n", (timer_ms() - t0) / 1e3);
+    mkmodel_opts mo = { .path = path, .preset = preset };
+    if (strata_mkmodel(&mo, stdout, &e)) { fprintf(stderr, "%s: mkmodel: %s\n", who, e.msg); return 1; }
+    printf("%s: generated in %.1f s\n", who, (timer_ms() - t0) / 1e3);
     return 0;
 }
 
 static int bench(const char *path)
 {
     err e = {0};
-    if (ensure_model(path)) return 1;
+    if (ensure_model(path, "30b-a3b", "bench")) return 1;
     cpu_side c;
     if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "bench: %s\n", e.msg); cpu_close(&c); return 1; }
     const hparams *hp = &c.hp;
@@ -1002,14 +1003,7 @@ static int tier_ssd(cpu_side *c, double ceil, double total)
 static int bench_tiered(const char *path, int mode)
 {
     err e = {0};
-    if (access(path, R_OK) != 0) {
-        printf("tiered: generating %s (preset 80b-a3b)\n", path);
-        fflush(stdout);
-        const double t0 = timer_ms();
-        mkmodel_opts mo = { .path = path, .preset = "80b-a3b" };
-        if (strata_mkmodel(&mo, stdout, &e)) { fprintf(stderr, "tiered: mkmodel: %s\n", e.msg); return 1; }
-        printf("tiered: generated in %.1f s\n", (timer_ms() - t0) / 1e3);
-    }
+    if (ensure_model(path, "80b-a3b", "tiered")) return 1;
     cpu_side c;
     if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "tiered: %s\n", e.msg); cpu_close(&c); return 1; }
     const hparams *hp = &c.hp;
@@ -1110,7 +1104,7 @@ static int bench_tiered(const char *path, int mode)
 static int profile(const char *path)
 {
     err e = {0};
-    if (ensure_model(path)) return 1;
+    if (ensure_model(path, "30b-a3b", "bench")) return 1;
     cpu_side c;
     if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "profile: %s\n", e.msg); cpu_close(&c); return 1; }
     cuda_model *g = NULL;
