@@ -699,12 +699,28 @@ Q4K_TARGET_VNNI static inline __m256i q4k_sumi_vnni(const uint8_t *q4, const int
     const __m256i mins16 = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1,            \
                                             0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1)
 
-/* Two super-blocks per iteration: heads of blocks i and i+1 in the two
- * 128-bit halves of one q4k_unpack; their scales stored as sa (s = 0..3)
- * and sb (s = 4..7), block i in dwords 0..3, i+1 in 4..7; their prods from
- * one madd of [m(i) 0..3, m(i+1) 0..3 | m(i) 4..7, m(i+1) 4..7] with the
- * pair sums of both blocks' bsums (hadd: the same order), giving
- * [i t0 t1, i+1 t0 t1 | i t2 t3, i+1 t2 t3], each moved to lanes 2t+1. */
+/* The heads of super-blocks x0 and x1 (y0, y1 their activation blocks) in
+ * the two 128-bit halves of one q4k_unpack: their scales stored to sa
+ * (sub-blocks 0..3) and sb (4..7), x0 in dwords 0..3 and x1 in 4..7; m =
+ * [m(x0) 0..3, m(x1) 0..3 | m(x0) 4..7, m(x1) 4..7] as 16-bit lanes and
+ * q8s the pair sums of both blocks' bsums (hadd), for one madd of the
+ * mins. Needs KQ2_SHUFFLES and int32 sa[8], sb[8] (32-byte aligned). */
+#define KQ2_HEADS(x0, x1, y0, y1)                                                                               \
+    const __m256i sm = q4k_unpack(_mm256_inserti128_si256(                                                      \
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(x0))),                          \
+        _mm_loadu_si128((const __m128i *)(const void *)(x1)), 1));                                             \
+    _mm256_store_si256((__m256i *)(void *)sa, _mm256_shuffle_epi8(sm, sclo));                                   \
+    _mm256_store_si256((__m256i *)(void *)sb, _mm256_shuffle_epi8(sm, schi));                                   \
+    Q4K_FORGET(sa);                                                                                             \
+    Q4K_FORGET(sb);                                                                                             \
+    const __m256i m = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sm, _mm256_setr_epi32(2, 6, 2, 6, 3, 7, 3, 7)), \
+                                          mins16);                                                              \
+    const __m256i q8s = _mm256_hadd_epi16(_mm256_loadu_si256((const __m256i *)(y0)->bsums),                    \
+                                          _mm256_loadu_si256((const __m256i *)(y1)->bsums))
+
+/* Two super-blocks per iteration, their heads from KQ2_HEADS; the mins'
+ * prods from one madd of m with q8s give [i t0 t1, i+1 t0 t1 | i t2 t3,
+ * i+1 t2 t3], each moved to lanes 2t+1. */
 #define Q4K_DOT2_BODY(SUMI)                                                                                          \
     const block_q4_K *x = vw;                                                                                        \
     const block_q8_K *y = va;                                                                                        \
@@ -717,17 +733,7 @@ Q4K_TARGET_VNNI static inline __m256i q4k_sumi_vnni(const uint8_t *q4, const int
         const block_q4_K *x0 = x + i, *x1 = x + i + 1;                                                               \
         const block_q8_K *y0 = y + i, *y1 = y + i + 1;                                                               \
         const __m256 dm0 = q4k_dm(x0, y0), dm1 = q4k_dm(x1, y1);                                                     \
-        const __m128i h0 = _mm_loadu_si128((const __m128i *)(const void *)x0);                                       \
-        const __m128i h1 = _mm_loadu_si128((const __m128i *)(const void *)x1);                                       \
-        const __m256i sm = q4k_unpack(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));                   \
-        _mm256_store_si256((__m256i *)(void *)sa, _mm256_shuffle_epi8(sm, sclo));                                    \
-        _mm256_store_si256((__m256i *)(void *)sb, _mm256_shuffle_epi8(sm, schi));                                    \
-        Q4K_FORGET(sa);                                                                                              \
-        Q4K_FORGET(sb);                                                                                              \
-        const __m256i mp = _mm256_permutevar8x32_epi32(sm, _mm256_setr_epi32(2, 6, 2, 6, 3, 7, 3, 7));               \
-        const __m256i m = _mm256_shuffle_epi8(mp, mins16);                                                           \
-        const __m256i q8s = _mm256_hadd_epi16(_mm256_loadu_si256((const __m256i *)y0->bsums),                        \
-                                              _mm256_loadu_si256((const __m256i *)y1->bsums));                       \
+        KQ2_HEADS(x0, x1, y0, y1);                                                                                   \
         const __m256 prod = _mm256_cvtepi32_ps(_mm256_madd_epi16(m, q8s));                                           \
         const __m256i s0 = SUMI(x0->qs, y0->qs, sa, sb), s1 = SUMI(x1->qs, y1->qs, sa + 4, sb + 4);                  \
         acc_m = _mm256_fnmadd_ps(dm0, _mm256_permute_ps(prod, _MM_SHUFFLE(1, 1, 0, 0)), acc_m);                      \
@@ -861,16 +867,7 @@ static inline __m256i q5k_sumi_avx2(const uint8_t *q5, const uint8_t *qh, const 
         const block_q5_K *x0 = x + i, *x1 = x + i + 1;                                                          \
         const block_q8_K *y0 = y + i, *y1 = y + i + 1;                                                          \
         const __m256 dm0 = q5k_dm(x0, y0), dm1 = q5k_dm(x1, y1);                                                \
-        const __m256i head = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)x0)), \
-                                                     _mm_loadu_si128((const __m128i *)(const void *)x1), 1);   \
-        const __m256i sm = q4k_unpack(head);                                                                    \
-        _mm256_store_si256((__m256i *)(void *)sa, _mm256_shuffle_epi8(sm, sclo));                               \
-        _mm256_store_si256((__m256i *)(void *)sb, _mm256_shuffle_epi8(sm, schi));                               \
-        Q4K_FORGET(sa);                                                                                         \
-        Q4K_FORGET(sb);                                                                                         \
-        const __m256i m = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sm, _mm256_setr_epi32(2, 6, 2, 6, 3, 7, 3, 7)), mins16); \
-        const __m256i q8s = _mm256_hadd_epi16(_mm256_loadu_si256((const __m256i *)y0->bsums),                  \
-                                              _mm256_loadu_si256((const __m256i *)y1->bsums));                  \
+        KQ2_HEADS(x0, x1, y0, y1);                                                                              \
         const __m256i p = _mm256_madd_epi16(m, q8s);                                                            \
         __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));                  \
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));                                    \

@@ -373,46 +373,39 @@ static inline void store_rows(__m256 v, int nc, float *y, size_t ldy)
 
 /* quant_avx2_gemm_t and quant_avxvnni_gemm_t (vdot: the single-row dot
  * the AVX-VNNI ops use, bit-identical to quant_avx2_dot_t); without
- * compiler support for AVX-VNNI the latter is the AVX2 kernel. */
+ * compiler support for AVX-VNNI the latter is the AVX2 kernel. GEMM_SIG:
+ * the signature every quant_<isa>_gemm_<t> shares (quant_impl.h). */
+#define GEMM_SIG(isa, t) \
+    void quant_##isa##_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, \
+                                int na, float *y, size_t ldy)
 #define DEFINE_GEMM_AVX2(t) \
-    void quant_avx2_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na, \
-                             float *y, size_t ldy) \
+    GEMM_SIG(avx2, t) \
     { \
         gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_##t), t##_rows, quant_avx2_dot_##t); \
     }
 #ifdef GEMM_HAVE_AVXVNNI
 #define DEFINE_GEMM(t, vdot) \
     DEFINE_GEMM_AVX2(t) \
-    void quant_avxvnni_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, \
-                                int na, float *y, size_t ldy) \
+    GEMM_SIG(avxvnni, t) \
     { \
         gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_##t), t##_rows_vnni, vdot); \
     }
 #else
 #define DEFINE_GEMM(t, vdot) \
     DEFINE_GEMM_AVX2(t) \
-    void quant_avxvnni_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, \
-                                int na, float *y, size_t ldy) \
-    { \
-        quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); \
-    }
+    GEMM_SIG(avxvnni, t) { quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); }
 #endif
 /* quant_avx512_gemm_t for the types without a 512-bit kernel: the
  * t##_rows_evex instance (zdot: the single-row dot for long rows) */
 #ifdef GEMM_HAVE_AVX512
 #define DEFINE_GEMM_EVEX(t, zdot) \
-    void quant_avx512_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, \
-                               int na, float *y, size_t ldy) \
+    GEMM_SIG(avx512, t) \
     { \
         gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_##t), t##_rows_evex, zdot); \
     }
 #else
 #define DEFINE_GEMM_EVEX(t, zdot) \
-    void quant_avx512_gemm_##t(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, \
-                               int na, float *y, size_t ldy) \
-    { \
-        quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); \
-    }
+    GEMM_SIG(avx512, t) { quant_avx2_gemm_##t(n, w, wstride, nw, a, astride, na, y, ldy); }
 #endif
 
 /* ==== Q4_K ====
@@ -722,17 +715,12 @@ GEMM_TARGET_AVX512 static void q4_K_rows_z(int64_t nb, const void *w, size_t wst
     if (nc == 3) Q4_ROWS_LOOPZ(q4_K_kz, 3);
     else Q4_ROWS_LOOPZ(q4_K_kz, 2);
 }
-void quant_avx512_gemm_q4_K(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
-                            float *y, size_t ldy)
+GEMM_SIG(avx512, q4_K)
 {
     gemm_blocked(n, w, wstride, nw, a, astride, na, y, ldy, sizeof(block_q4_K), q4_K_rows_z, quant_avx512_dot_q4_K);
 }
 #else
-void quant_avx512_gemm_q4_K(int64_t n, const void *w, size_t wstride, int nw, const void *a, size_t astride, int na,
-                            float *y, size_t ldy)
-{
-    quant_avx2_gemm_q4_K(n, w, wstride, nw, a, astride, na, y, ldy);
-}
+GEMM_SIG(avx512, q4_K) { quant_avx2_gemm_q4_K(n, w, wstride, nw, a, astride, na, y, ldy); }
 #endif
 
 /* ==== Q5_K ====
