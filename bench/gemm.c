@@ -107,7 +107,9 @@ static void gen_floats(uint64_t *s, float *x, int64_t n)
     "vpxor %%ymm9, %%ymm9, %%ymm9\n\t" "vpxor %%ymm10, %%ymm10, %%ymm10\n\t" "vpxor %%ymm11, %%ymm11, %%ymm11\n\t" \
     "vpxor %%ymm12, %%ymm12, %%ymm12\n\t" "vpxor %%ymm13, %%ymm13, %%ymm13\n\t" \
     "vpxor %%ymm14, %%ymm14, %%ymm14\n\t" "1:\n\t"
-#define I8_CLOBBERS \
+/* the loop's end and the operand list every int8 chain shares */
+#define I8_END \
+    "dec %0\n\t" "jnz 1b\n\t" "vzeroupper\n\t" \
     : "+r"(iters) : : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
       "xmm11", "xmm12", "xmm13", "xmm14", "cc"
 #define FMA_CHAINS 12
@@ -118,10 +120,7 @@ __attribute__((noinline)) static void int8_chains(long iters)
     __asm__ volatile(
         I8_SETUP
         I8(3, 9) I8(4, 10) I8(5, 11) I8(6, 12) I8(7, 13) I8(8, 14)
-        "dec %0\n\t"
-        "jnz 1b\n\t"
-        "vzeroupper\n\t"
-        I8_CLOBBERS);
+        I8_END);
 }
 #undef I8
 
@@ -170,20 +169,14 @@ __attribute__((noinline)) static void int8_vnni_chains(long iters)
     __asm__ volatile(
         I8_SETUP
         VN(3, 9) VN(4, 10) VN(5, 11) VN(6, 12) VN(7, 13) VN(8, 14)
-        "dec %0\n\t"
-        "jnz 1b\n\t"
-        "vzeroupper\n\t"
-        I8_CLOBBERS);
+        I8_END);
 }
 __attribute__((noinline)) static void int8_evex_chains(long iters)
 {
     __asm__ volatile(
         I8_SETUP
         VE(3, 9) VE(4, 10) VE(5, 11) VE(6, 12) VE(7, 13) VE(8, 14)
-        "dec %0\n\t"
-        "jnz 1b\n\t"
-        "vzeroupper\n\t"
-        I8_CLOBBERS);
+        I8_END);
 }
 #undef VN
 #undef VE
