@@ -626,6 +626,14 @@ TEST(test_errors)
     err_clear(&e);
     CHECK(cuda_act_quant(g_cu, QTYPE_Q3_K, NULL, NULL, 256, 1, &e) == ERR_UNSUPPORTED);
     CHECK(cuda_act_bytes(QTYPE_Q4_K, 100) == 0);
+    /* the step probe: a bad count, and a persistent grid that cannot be resident */
+    float us = -1.f;
+    CHECK(cuda_step_probe(g_cu, 0, 0, 10, &us, &e) == ERR_USAGE && us == 0.f);
+    err_clear(&e);
+    CHECK(cuda_step_probe(g_cu, 4, 0, 0, &us, &e) == ERR_USAGE);
+    err_clear(&e);
+    CHECK(cuda_step_probe(g_cu, 1 << 20, 1, 10, &us, &e) == ERR_USAGE);
+    err_clear(&e);
     CHECK(cuda_act_bytes(QTYPE_Q4_K, 512) == 2 * 292);
     CHECK(cuda_act_bytes(QTYPE_Q5_K, 512) == 2 * 292);
     CHECK(cuda_act_bytes(QTYPE_Q8_0, 64) == 2 * 34);
