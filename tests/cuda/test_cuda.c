@@ -577,9 +577,9 @@ TEST(test_swiglu)
     free(g); free(u); free(ref); free(h);
 }
 
-TEST(test_router)
+/* n <= 128 runs the register kernel, larger n the shared-memory one */
+static void check_router(int n, int k, int rows)
 {
-    const int n = 128, k = 8, rows = 19;
     float *lg = xmalloc(sizeof(float) * n * rows), *p = xmalloc(sizeof(float) * n);
     for (int i = 0; i < n * rows; i++) lg[i] = frand() * 4.0f;
     for (int i = 0; i < n; i++) lg[i] = 0.25f;                        /* row 0: all tied */
@@ -611,6 +611,14 @@ TEST(test_router)
     CHECK_MSG(m <= 2e-6, "router weights max rel %.3g", m);
     cuda_free(g_cu, dl); cuda_free(g_cu, dw); cuda_free(g_cu, di);
     free(lg); free(p); free(ids_ref); free(ids); free(w_ref); free(w);
+}
+
+TEST(test_router)
+{
+    check_router(128, 8, 19);   /* Qwen3-30B-A3B */
+    check_router(100, 6, 5);    /* entries past n in the registers */
+    check_router(512, 10, 7);   /* Qwen3-Next: the shared-memory kernel */
+    check_router(60, 4, 3);
 }
 
 TEST(test_errors)

@@ -109,12 +109,82 @@ k_router(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids,
     }
 }
 
+/* k_router with a row's probabilities in registers (n <= 32 VPL: lane l
+ * holds entries l, l + 32, ...): the same operations in the same order
+ * (entries past n take no part: -inf for the max, left out of the sum, -1
+ * for the selection, as the smem loop never visits them), but a round of
+ * the top-k is three compares, two reductions and a predicated move of
+ * the winner's lane, with no shared-memory stores and no warp barriers. */
+template <int VPL>
+__global__ void __launch_bounds__(32 * RT_WARPS)
+k_router_reg(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids, float *wout)
+{
+    pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = blockIdx.x * RT_WARPS + warp;
+    if (row >= rows) return;
+    const float *lr = logits + (size_t)row * n;
+    float p[VPL];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < VPL; s++) {
+        const int i = lane + 32 * s;
+        p[s] = i < n ? lr[i] : -INFINITY;
+        if (i < n) mx = p[s] > mx ? p[s] : mx;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float om = __shfl_xor_sync(0xffffffffu, mx, o);
+        mx = om > mx ? om : mx;
+    }
+    double sum = 0.0;
+#pragma unroll
+    for (int s = 0; s < VPL; s++) {
+        if (lane + 32 * s < n) {
+            p[s] = expf(p[s] - mx);
+            sum += (double)p[s];
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float inv = (float)(1.0 / sum);
+#pragma unroll
+    for (int s = 0; s < VPL; s++) p[s] = lane + 32 * s < n ? __fmul_rn(p[s], inv) : -1.f;
+
+    float selv = 0.f;
+    int seli = 0;
+    for (int t = 0; t < k; t++) {
+        float bv = -1.f;
+        int bi = INT_MAX;
+#pragma unroll
+        for (int s = 0; s < VPL; s++)
+            if (p[s] > bv) { bv = p[s]; bi = lane + 32 * s; }   /* s ascends: the lower index on ties */
+        const unsigned key = bv < 0.f ? 0u : __float_as_uint(bv) + 1u;
+        const unsigned km = __reduce_max_sync(0xffffffffu, key);
+        bi = (int)__reduce_min_sync(0xffffffffu, key == km ? (unsigned)bi : (unsigned)INT_MAX);
+        bv = __uint_as_float(km - 1u);
+        if (lane == t) { selv = bv; seli = bi; }
+#pragma unroll
+        for (int s = 0; s < VPL; s++)
+            if (lane + 32 * s == bi) p[s] = -1.f;
+    }
+    double ws = 0.0;
+    for (int t = 0; t < k; t++) ws += (double)__shfl_sync(0xffffffffu, selv, t);
+    float fs = (float)ws;
+    if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;
+    if (lane < k) {
+        ids[(size_t)row * k + lane] = seli;
+        wout[(size_t)row * k + lane] = selv / fs;
+    }
+}
+
 extern "C" int cuda_router_topk(cuda_ctx *c, const float *logits, int n, int k, int rows, int32_t *ids, float *w,
                                 err *e)
 {
     if (n <= 0 || n > RT_MAXN || k < 1 || k > 32 || k > n || rows <= 0)
         return err_setf(e, ERR_USAGE, "cuda_router_topk: n_expert=%d k=%d rows=%d (n_expert <= %d, k <= 32)", n, k,
                         rows, RT_MAXN);
+    if (n <= 128)   /* the MoE routers of the Qwen3 shapes: 128 experts */
+        return cuda_launch(c, k_router_reg<4>, (rows + RT_WARPS - 1) / RT_WARPS, 32 * RT_WARPS, 0, e, "router", logits,
+                           n, k, rows, ids, w);
     return cuda_launch(c, k_router, (rows + RT_WARPS - 1) / RT_WARPS, 32 * RT_WARPS, 0, e, "router", logits, n, k,
                        rows, ids, w);
 }
