@@ -43,9 +43,18 @@ extern "C" int cuda_swiglu(cuda_ctx *c, float *h, const float *g, const float *u
 /* ==== Router: softmax, top-k, renormalised weights; one warp per row ====
  * Probabilities live in shared memory (n <= 1024 per warp). top-k runs k
  * warp-wide argmax rounds; "better" = larger p, or equal p and lower index
- * (ops_topk's order); a chosen entry is then marked -1 (p >= 0). */
+ * (ops_topk's order). The rounds compare KEYS (rt_key): a probability
+ * p >= 0 orders as its bits + 2; a NaN (any NaN or infinite logit makes
+ * every p of the row NaN, as on the CPU) is key 1, so it is still chosen,
+ * lowest index first, as ops_topk picks the first k of an all-NaN row; a
+ * chosen entry, or one past n, is key 0. So an id is always one of the
+ * row's n (a broken model's NaN logits give NaN weights, never an
+ * expert id outside the stack). */
 #define RT_WARPS 4
 #define RT_MAXN 1024
+
+__device__ __forceinline__ unsigned rt_key(float p) { return p >= 0.f ? __float_as_uint(p) + 2u : p != p ? 1u : 0u; }
+__device__ __forceinline__ float rt_val(unsigned key) { return key >= 2u ? __uint_as_float(key - 2u) : __int_as_float(0x7fc00000); }
 __global__ void __launch_bounds__(32 * RT_WARPS)
 k_router(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids, float *wout)
 {
@@ -74,28 +83,27 @@ k_router(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids,
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const float inv = (float)(1.0 / sum);
-    for (int i = lane; i < n; i += 32) p[i] = __fmul_rn(p[i], inv);
+    unsigned *pk = (unsigned *)p;   /* each lane rewrites only its own entries */
+    for (int i = lane; i < n; i += 32) pk[i] = rt_key(__fmul_rn(p[i], inv));
     __syncwarp();
 
     float selv = 0.f;   /* lane t < k keeps the t-th chosen value */
     int seli = 0;
     for (int t = 0; t < k; t++) {
-        float bv = -1.f;
+        unsigned bk = 0u;
         int bi = INT_MAX;
         for (int i = lane; i < n; i += 32) {
-            const float v = p[i];
-            if (v > bv) { bv = v; bi = i; }   /* i ascends: strict > keeps the lower index */
+            const unsigned v = pk[i];
+            if (v > bk) { bk = v; bi = i; }   /* i ascends: strict > keeps the lower index */
         }
-        /* the warp's best in two reductions: p >= 0 orders as its bits
-         * (+1, so a p of 0 beats a lane with none left, key 0), then the
-         * lowest index among the lanes holding that value */
-        const unsigned key = bv < 0.f ? 0u : __float_as_uint(bv) + 1u;
-        const unsigned km = __reduce_max_sync(0xffffffffu, key);
-        bi = (int)__reduce_min_sync(0xffffffffu, key == km ? (unsigned)bi : (unsigned)INT_MAX);
-        bv = __uint_as_float(km - 1u);
-        if (lane == t) { selv = bv; seli = bi; }
+        /* the warp's best in two reductions: the largest key, then the
+         * lowest index among the lanes holding it (k <= n: some entry is
+         * still unchosen, key >= 1, so bi < n) */
+        const unsigned km = __reduce_max_sync(0xffffffffu, bk);
+        bi = (int)__reduce_min_sync(0xffffffffu, bk == km ? (unsigned)bi : (unsigned)INT_MAX);
+        if (lane == t) { selv = rt_val(km); seli = bi; }
         __syncwarp();
-        if (lane == 0) p[bi] = -1.f;
+        if (lane == 0) pk[bi] = 0u;
         __syncwarp();
     }
     /* weights: sum in selection order in double, as route() */
@@ -111,8 +119,8 @@ k_router(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids,
 
 /* k_router with a row's probabilities in registers (n <= 32 VPL: lane l
  * holds entries l, l + 32, ...): the same operations in the same order
- * (entries past n take no part: -inf for the max, left out of the sum, -1
- * for the selection, as the smem loop never visits them), but a round of
+ * (entries past n take no part: -inf for the max, left out of the sum, key
+ * 0 for the selection, as the smem loop never visits them), but a round of
  * the top-k is three compares, two reductions and a predicated move of
  * the winner's lane, with no shared-memory stores and no warp barriers. */
 template <int VPL>
@@ -146,25 +154,24 @@ k_router_reg(const float *__restrict__ logits, int n, int k, int rows, int32_t *
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const float inv = (float)(1.0 / sum);
+    unsigned pk[VPL];
 #pragma unroll
-    for (int s = 0; s < VPL; s++) p[s] = lane + 32 * s < n ? __fmul_rn(p[s], inv) : -1.f;
+    for (int s = 0; s < VPL; s++) pk[s] = lane + 32 * s < n ? rt_key(__fmul_rn(p[s], inv)) : 0u;
 
     float selv = 0.f;
     int seli = 0;
     for (int t = 0; t < k; t++) {
-        float bv = -1.f;
+        unsigned bk = 0u;
         int bi = INT_MAX;
 #pragma unroll
         for (int s = 0; s < VPL; s++)
-            if (p[s] > bv) { bv = p[s]; bi = lane + 32 * s; }   /* s ascends: the lower index on ties */
-        const unsigned key = bv < 0.f ? 0u : __float_as_uint(bv) + 1u;
-        const unsigned km = __reduce_max_sync(0xffffffffu, key);
-        bi = (int)__reduce_min_sync(0xffffffffu, key == km ? (unsigned)bi : (unsigned)INT_MAX);
-        bv = __uint_as_float(km - 1u);
-        if (lane == t) { selv = bv; seli = bi; }
+            if (pk[s] > bk) { bk = pk[s]; bi = lane + 32 * s; }   /* s ascends: the lower index on ties */
+        const unsigned km = __reduce_max_sync(0xffffffffu, bk);
+        bi = (int)__reduce_min_sync(0xffffffffu, bk == km ? (unsigned)bi : (unsigned)INT_MAX);
+        if (lane == t) { selv = rt_val(km); seli = bi; }
 #pragma unroll
         for (int s = 0; s < VPL; s++)
-            if (lane + 32 * s == bi) p[s] = -1.f;
+            if (lane + 32 * s == bi) pk[s] = 0u;
     }
     double ws = 0.0;
     for (int t = 0; t < k; t++) ws += (double)__shfl_sync(0xffffffffu, selv, t);
