@@ -45,6 +45,9 @@
  * latency of one dependent step (cuda_step_probe) and the token's floors:
  * its kernels (the greedy graph's kernel nodes) times that latency, and its
  * bytes at the read bandwidth.
+ * --bench-quick [PATH]: only the timed greedy tokens and the chunked
+ * prefill, their two `bench:` lines as --bench prints them (what
+ * bench/cuda/ab.sh reads: an A/B round in a quarter of the time).
  * --bench-tiered [PATH [host|ssd]]: the experts in host RAM behind GPU arenas of 10%,
  * 25% and 50% (see bench_tiered).
  * --profile [PATH]: one prompt row and 2 greedy steps, plain launches, for a
@@ -598,7 +601,7 @@ static int ensure_model(const char *path, const char *preset, const char *who)
     return 0;
 }
 
-static int bench(const char *path)
+static int bench(const char *path, int quick)
 {
     err e = {0};
     if (ensure_model(path, "30b-a3b", "bench")) return 1;
@@ -639,7 +642,7 @@ static int bench(const char *path)
     /* the plain path (one launch per kernel), same positions, for comparison */
     int32_t *out2 = xmalloc(sizeof(int32_t) * (size_t)n_ctx);
     double s_plain = 0;
-    if (!rc) {
+    if (!rc && !quick) {
         cuda_model_set_graph(g, 0);
         rc = greedy_timed(g, start, 1 + n_warm, n_tok, out2, &s_plain, &e);
         if (!rc && memcmp(out, out2, sizeof(int32_t) * (size_t)n_tok) != 0)
@@ -649,7 +652,7 @@ static int bench(const char *path)
     /* the matvec kernel choice, whole model, graph path: each kernel for
      * every shape against the default (by shape) */
     double s_mode[3] = {0, 0, 0};
-    for (int mode = 1; !rc && mode <= 2; mode++) {
+    for (int mode = 1; !rc && !quick && mode <= 2; mode++) {
         cuda_model_set_matvec(g, mode);
         rc = greedy_timed(g, start, 1 + n_warm, n_tok, out2, &s_mode[mode], &e);
     }
@@ -658,7 +661,7 @@ static int bench(const char *path)
      * previous one to finish before it launches), same run; ids compared */
     double s_nopdl = 0;
     int pdl_same = 0;
-    if (!rc) {
+    if (!rc && !quick) {
         cuda_model_set_pdl(g, 0);
         rc = greedy_timed(g, start, 1 + n_warm, n_tok, out2, &s_nopdl, &e);
         pdl_same = !rc && memcmp(out, out2, sizeof(int32_t) * (size_t)n_tok) == 0;
@@ -678,6 +681,7 @@ static int bench(const char *path)
             t0 = timer_ms();
             rc = cuda_model_eval(g, pids, NPP, 0, l1, &e);
             pp_chunk = NPP / ((timer_ms() - t0) / 1e3);
+            if (quick) continue;
             cuda_model_set_chunk(g, 1);
             t0 = timer_ms();
             if (!rc) rc = cuda_model_eval(g, pids, NPP, 0, l2, &e);
@@ -692,6 +696,14 @@ static int bench(const char *path)
     cuda_model_close(g);
     if (rc) { fprintf(stderr, "bench: %s\n", e.msg); cpu_close(&c); free(out); free(lg); return 1; }
     const double tps = n_tok / s, gbs = per_tok * tps / 1e9;
+    if (quick) {
+        printf("bench: greedy %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok, s, tps, 1e3 / tps);
+        printf("bench: prefill 192 rows: chunks (grouped matmuls) %.1f tok/s\n", pp_chunk);
+        cpu_close(&c);
+        free(out);
+        free(lg);
+        return 0;
+    }
 
     /* the device's read bandwidth, same run */
     double best = 0;
@@ -1130,6 +1142,7 @@ int main(int argc, char **argv)
     const int do_bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
     const int do_info = argc > 1 && strcmp(argv[1], "--info") == 0;
     const int do_tiered = argc > 1 && strcmp(argv[1], "--bench-tiered") == 0;
+    const int do_quick = argc > 1 && strcmp(argv[1], "--bench-quick") == 0;
     err e = {0};
     cuda_ctx *probe = NULL;
     if (cuda_open(&probe, 0, &e) != 0) {
@@ -1141,7 +1154,7 @@ int main(int argc, char **argv)
     printf("cuda_model: device %s\n", cuda_device_name(probe));
     cuda_close(probe);
     if (do_info) return 0;
-    if (do_bench) return bench(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
+    if (do_bench || do_quick) return bench(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf", do_quick);
     if (argc > 1 && strcmp(argv[1], "--profile") == 0) return profile(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
     if (do_tiered)
         return bench_tiered(argc > 2 ? argv[2] : "/tmp/strata-80b-a3b.gguf",
