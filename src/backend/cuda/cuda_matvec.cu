@@ -198,15 +198,12 @@ __global__ void k_quant_q8_0(const float *__restrict__ x, const float *__restric
  * blocks w, w + 8, ... a warp; Q8_0 / Q8_1 blocks four a warp at once
  * (quant_q8_0_oct), so the rounds a warp runs one after the other, the
  * kernel's critical path, are a quarter as many. */
+/* The normed row sy (shared memory, after the barrier that follows
+ * rms_row) to y and, quantized, to xq: k_rmsnorm_quant's second half, also
+ * run by one CTA of the fused norm-router kernel. */
 template <int DT>
-__global__ void __launch_bounds__(RMS_THREADS)
-k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__ w, int n, float eps)
+__device__ __forceinline__ void rmsq_store(const float *sy, float *y, uint8_t *xq, int n)
 {
-    pdl_enter();
-    __shared__ double part[RMS_THREADS / 32];
-    __shared__ __align__(16) float sy[CUDA_RMSQ_MAXN];   /* 16: quant_q8_0_oct reads float4 */
-    rms_row(sy, x, w, n, eps, part);
-    __syncthreads();
     for (int i = threadIdx.x; i < n; i += RMS_THREADS) y[i] = sy[i];
     const int warp = threadIdx.x >> 5, nw = RMS_THREADS / 32;
     const int nb = DT == 2 ? n / CQK_K : n / CQK8_0;
@@ -218,6 +215,18 @@ k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__
             quant_q8_0_oct<DT>(sy, xq, b < nb ? b : nb - 1, b < nb);
         }
     }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(RMS_THREADS)
+k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__ w, int n, float eps)
+{
+    pdl_enter();
+    __shared__ double part[RMS_THREADS / 32];
+    __shared__ __align__(16) float sy[CUDA_RMSQ_MAXN];   /* 16: quant_q8_0_oct reads float4 */
+    rms_row(sy, x, w, n, eps, part);
+    __syncthreads();
+    rmsq_store<DT>(sy, y, xq, n);
 }
 
 /* f16 / bf16 activations (F16 / BF16 weights): one value a thread,
@@ -649,6 +658,41 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
     return 0;
 }
 
+/* The direct kernel's rows: the nr rows at g (rb bytes, nit items each)
+ * dotted with the activation (xs, sxd, sxbs as mv_unpack gives them; RAW:
+ * the float row, in global or shared memory), outputs mv_store'd at y[yo +
+ * i]. The sums depend on lg_s alone (not on which CTA takes a row), so the
+ * fused norm-router kernel, calling this with the direct kernel's lg_s,
+ * gives its router logits bit for bit. */
+template <int QT>
+__device__ __forceinline__ void mvd_rows(const uint8_t *g, int nr, int rb, int nit, int nb, int lg_s, const int8_t *xs,
+                                         const float *sxd, const int16_t *sxbs, const mv_ext &ex, float *y, size_t yo)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int S = 1 << lg_s, sl = lane & (S - 1), rpw = 32 >> lg_s;
+    /* the loop bound is warp-uniform (base), so every lane reaches the shuffles */
+    for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
+        const int i = base + (lane >> lg_s);
+        const bool ok = i < nr;
+        /* branch-free body: a lane past the last row or item recomputes a
+         * valid one (row nr - 1, item nit - 1: lines other lanes load
+         * anyway, no extra HBM traffic) and adds 0 instead, so the MVD_U
+         * items' loads can all be scheduled ahead of the arithmetic */
+        const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
+        float acc = 0.f;
+        for (int c = 0; c < nit; c += S * MVD_U) {
+#pragma unroll
+            for (int u = 0; u < MVD_U; u++) {
+                const int it = c + sl + S * u;
+                const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1), nb);
+                acc += it < nit ? v : 0.f;
+            }
+        }
+        for (int o = S >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (ok && sl == 0) mv_store(ex, y, yo + i, acc);
+    }
+}
+
 /* grid: (ceil(rows / R), n_batch); block: 32 * MVD_WARPS threads. R is a
  * multiple of MVD_WARPS * (32 >> lg_s) (rows of one pass of the CTA). */
 template <int QT>
@@ -677,30 +721,73 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     int16_t *sxbs;
     const int8_t *xs = mv_unpack<QT>(xq + (size_t)b * x_stride, smem, k, &sxd, &sxbs);
     __syncthreads();
+    mvd_rows<QT>(g, nr, rb, nit, nb, lg_s, xs, sxd, sxbs, ex, y, (size_t)b * y_stride + r0);
+}
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int S = 1 << lg_s, sl = lane & (S - 1), rpw = 32 >> lg_s;
-    /* the loop bound is warp-uniform (base), so every lane reaches the shuffles */
-    for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
-        const int i = base + (lane >> lg_s);
-        const bool ok = i < nr;
-        /* branch-free body: a lane past the last row or item recomputes a
-         * valid one (row nr - 1, item nit - 1: lines other lanes load
-         * anyway, no extra HBM traffic) and adds 0 instead, so the MVD_U
-         * items' loads can all be scheduled ahead of the arithmetic */
-        const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
-        float acc = 0.f;
-        for (int c = 0; c < nit; c += S * MVD_U) {
-#pragma unroll
-            for (int u = 0; u < MVD_U; u++) {
-                const int it = c + sl + S * u;
-                const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1), nb);
-                acc += it < nit ? v : 0.f;
-            }
-        }
-        for (int o = S >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (ok && sl == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
+/* ---- the MoE half's head in one launch (cuda_norm_router) ----
+ * Every CTA norms the residual row itself (rms_row into shared memory: the
+ * row is 8 KB of L2 reads, cheaper than a dependent launch), CTA 0 also
+ * stores it and its quantization for the experts (k_rmsnorm_quant's
+ * rmsq_store), then each CTA dots its R router rows (F32) with the normed
+ * row in shared memory: mvd_rows with the direct kernel's lg_s, so the
+ * logits are the F32 matvec's bit for bit. The last CTA to finish (its
+ * __threadfence'd increment of a counter is the grid's last) reads the
+ * logits back from L2 and runs the top-k (router_row_reg, one warp), then
+ * zeroes the counter for the next launch. Three dependent launches (norm,
+ * router matvec, top-k) become one. grid: ceil(n_expert / R); block:
+ * RMS_THREADS (= the direct kernel's 32 MVD_WARPS); dynamic shared
+ * memory: n floats. */
+template <int DT>
+__global__ void __launch_bounds__(RMS_THREADS)
+k_norm_router(const cuda_norm_router_args a, int R, int lg_s)
+{
+    static_assert(RMS_THREADS == 32 * MVD_WARPS, "mvd_rows' warps are the norm's");
+    pdl_enter();
+    __shared__ double part[RMS_THREADS / 32];
+    __shared__ unsigned s_last;
+    extern __shared__ __align__(16) float sy[];
+    rms_row(sy, a.x, a.norm_w, a.n, a.eps, part);
+    __syncthreads();
+    if (blockIdx.x == 0) rmsq_store<DT>(sy, a.xn, (uint8_t *)a.xq, a.n);
+    typedef mv_traits<QTYPE_F32> T;
+    const int nb = a.n / T::BE, rb = nb * T::BB, nit = nb * T::IPB;
+    const int r0 = blockIdx.x * R, nr = min(R, a.n_expert - r0);
+    const mv_ext ex = { NULL, NULL, NULL };
+    mvd_rows<QTYPE_F32>((const uint8_t *)a.router + (size_t)r0 * rb, nr, rb, nit, nb, lg_s, (const int8_t *)sy, NULL,
+                        NULL, ex, a.logits, (size_t)r0);
+    __threadfence();   /* this CTA's logits are visible before its increment */
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    if (threadIdx.x < 32) {   /* the logits of every CTA, from L2 (__ldcg: not this SM's L1) */
+        for (int i = threadIdx.x; i < a.n_expert; i += 32) sy[i] = __ldcg(a.logits + i);
+        __syncwarp();
+        router_row_reg<4>(sy, a.n_expert, a.k, a.ids, a.wts);
+        if (threadIdx.x == 0) *a.counter = 0u;
     }
+}
+
+extern "C" int cuda_norm_router(cuda_ctx *c, const cuda_norm_router_args *a, err *e)
+{
+    const qtype_info *qi = qtype_get(a->xq_type);
+    const int dot = qi ? qi->dot_type : -1;
+    if (a->n <= 0 || a->n > CUDA_RMSQ_MAXN || a->n % QD_F32_PER_ITEM || !cuda_act_bytes(a->xq_type, a->n) ||
+        (dot != QTYPE_Q8_K && dot != QTYPE_Q8_0 && dot != QTYPE_Q8_1) || a->n_expert <= 0 ||
+        a->n_expert > CUDA_NORM_ROUTER_MAXE || a->k < 1 || a->k > 32 || a->k > a->n_expert)
+        return err_setf(e, ERR_USAGE, "cuda_norm_router: n=%d (<= %d), experts' type %s (a Q8 dot type), %d of %d "
+                        "experts (<= 32 of <= %d)", a->n, CUDA_RMSQ_MAXN, qtype_name(a->xq_type), a->k, a->n_expert,
+                        CUDA_NORM_ROUTER_MAXE);
+    if (!a->x || !a->norm_w || !a->xn || !a->xq || !a->router || !a->logits || !a->ids || !a->wts || !a->counter ||
+        ((uintptr_t)a->router & 15))
+        return err_setf(e, ERR_USAGE, "cuda_norm_router: a missing buffer, or router weights not 16-byte aligned");
+    int lg_s, R;
+    mvd_geometry(c, a->n / QD_F32_PER_ITEM, a->n_expert, a->n * 4, 1, &lg_s, &R);   /* the F32 matvec's */
+    const unsigned grid = (unsigned)((a->n_expert + R - 1) / R);
+    const size_t smem = sizeof(float) * (size_t)a->n;
+    return cuda_launch(c, dot == QTYPE_Q8_K ? k_norm_router<2> : dot == QTYPE_Q8_1 ? k_norm_router<1> : k_norm_router<0>,
+                       grid, RMS_THREADS, smem, e, "norm router", *a, R, lg_s);
 }
 
 /* ---- grouped matmul (prompt chunks) ----

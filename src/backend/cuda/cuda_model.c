@@ -119,6 +119,7 @@ struct cuda_model {
     float    *att;           /* (n_head*head_dim) */
     uint8_t  *xq;            /* the widest quantized input (k rows for down) */
     float    *router;        /* (n_expert) logits */
+    unsigned *nr_count;      /* device: cuda_norm_router's counter (zero between launches) */
     int32_t  *sel;           /* (n_expert_used) experts, top-k order */
     float    *selw;          /* (n_expert_used) their weights */
     float    *g, *u;         /* (n_expert_used, n_ff_exp) gate (then hidden), up */
@@ -732,6 +733,7 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     m->sel = carve(c, NULL, sizeof(int32_t) * (K + (size_t)m->ra));
     m->psel = m->sel ? m->sel + K : NULL;
     m->selw = carve(c, NULL, sizeof(float) * K);
+    m->nr_count = carve(c, NULL, sizeof(unsigned));
     if (m->nc >= 2) {
         const size_t nc = (size_t)m->nc;
         size_t aq = 0, aq2 = 0, ad = 0;
@@ -886,6 +888,7 @@ int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const
     for (int i = 0; i < m->n_ctx; i++) pos[i] = i;
     if ((rc = cuda_upload(m->cu, m->pos, pos, sizeof(int32_t) * (size_t)m->n_ctx, e))) goto fail;
     if ((rc = cuda_memset(m->cu, m->tok, 0, sizeof(int32_t) * ((size_t)m->n_ctx + 1), e))) goto fail;
+    if ((rc = cuda_memset(m->cu, m->nr_count, 0, sizeof(unsigned), e))) goto fail;
     if ((rc = cuda_sync(m->cu, e))) goto fail;
     free(pos);
     *out = m;
@@ -1083,10 +1086,19 @@ static int layer_moe(cuda_model *m, int l, err *e)
         TRY(cuda_router_topk(cu, m->prouter, hp->n_expert, m->ra, 1, m->psel, m->pselw, e));
     }
     const int fused = dl->gate_inp.act_f32 && q8_dot(&dl->gate_exps);
-    if (fused) TRY(cuda_rmsnorm_quant(cu, dl->gate_exps.type, m->xn, m->xq, m->x, dl->ffn_norm, E, hp->rms_eps, e));
-    else TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
-    TRY(mv(m, &dl->gate_inp, m->xn, m->router, e));
-    TRY(cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
+    if (fused && hp->n_expert <= CUDA_NORM_ROUTER_MAXE) {   /* norm, quantization, router and top-k: one launch */
+        const cuda_norm_router_args na = {
+            .x = m->x, .norm_w = dl->ffn_norm, .n = E, .eps = hp->rms_eps, .xq_type = dl->gate_exps.type,
+            .xn = m->xn, .xq = m->xq, .router = (const float *)dl->gate_inp.d, .n_expert = hp->n_expert, .k = K,
+            .logits = m->router, .ids = m->sel, .wts = m->selw, .counter = m->nr_count,
+        };
+        TRY(cuda_norm_router(cu, &na, e));
+    } else {
+        if (fused) TRY(cuda_rmsnorm_quant(cu, dl->gate_exps.type, m->xn, m->xq, m->x, dl->ffn_norm, E, hp->rms_eps, e));
+        else TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
+        TRY(mv(m, &dl->gate_inp, m->xn, m->router, e));
+        TRY(cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
+    }
     if (m->arena) TRY(arena_resolve(m, l, e));
     /* gate and up share the input row (x_stride 0); one launch when they
      * are stacks of one type and layout */
