@@ -211,20 +211,6 @@ static double check_matvec(int wtype, int64_t rows, int64_t k, int real_quant)
     printf("  matvec %-4s %6lld x %-5lld %s: NMSE %.3g, max rel %.3g\n", qtype_name(wtype), (long long)rows,
            (long long)k, real_quant ? "quantized " : "random blk", nm, max_rel(y, ref, rows));
     CHECK_MSG(nm < 1e-10, "%s %lldx%lld: NMSE %.3g", qtype_name(wtype), (long long)rows, (long long)k, nm);
-    if (wtype == QTYPE_Q8_0 && k % 256 == 0) {   /* split rows: the Q8_0 matvec's outputs bit for bit */
-        float *ys = xmalloc(sizeof(float) * rows);
-        uint8_t *dws = dev_from(w, rb * rows);
-        CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * rows, &e) == 0);
-        CHECK_MSG(cuda_repack_q8_0(g_cu, dws, rows, k, &e) == 0, "%s", e.msg);
-        CHECK_MSG(cuda_matvec(g_cu, CUDA_Q8_0_SPLIT, dws, rows, k, dxq, dy, &e) == 0, "%s", e.msg);
-        CHECK_MSG(cuda_download(g_cu, ys, dy, sizeof(float) * rows, &e) == 0, "%s", e.msg);
-        const int same = memcmp(ys, y, sizeof(float) * rows) == 0;
-        printf("  matvec q8_0 split rows %6lld x %-5lld: %s\n", (long long)rows, (long long)k,
-               same ? "bit-identical to q8_0" : "DIFFERS");
-        CHECK_MSG(same, "q8_0 split %lldx%lld differs from q8_0", (long long)rows, (long long)k);
-        cuda_free(g_cu, dws);
-        free(ys);
-    }
     cuda_free(g_cu, dw); cuda_free(g_cu, dx); cuda_free(g_cu, dxq); cuda_free(g_cu, dy);
     free(w); free(x); free(xq); free(ref); free(y);
     return nm;
@@ -447,22 +433,6 @@ TEST(test_matmul)
                    (long long)rows, (long long)k, bad || touched ? "DIFFERS" : "bit-identical to the matvec");
             CHECK_MSG(bad == 0 && touched == 0, "%s matmul %lldx%lld: %d outputs differ from the matvec, %d stray writes",
                       qtype_name(wtype), (long long)rows, (long long)k, bad, touched);
-            if (wtype == QTYPE_Q8_0 && k % 256 == 0) {   /* split rows (a stack of whole rows: ms = rb * rows) */
-                uint8_t *dws = dev_from(w, ms * NMAT);
-                float *ys = xmalloc(sizeof(float) * ny);
-                CHECK_MSG(cuda_repack_q8_0(g_cu, dws, rows * NMAT, k, &e) == 0, "%s", e.msg);
-                CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * ny, &e) == 0);
-                a.wtype = CUDA_Q8_0_SPLIT;
-                a.w = dws;
-                CHECK_MSG(cuda_matmul(g_cu, &a, &e) == 0, "%s", e.msg);
-                CHECK(cuda_download(g_cu, ys, dy, sizeof(float) * ny, &e) == 0);
-                const int same = memcmp(ys, y, sizeof(float) * ny) == 0;
-                printf("  matmul q8_0 split rows %lld x %lld: %s\n", (long long)rows, (long long)k,
-                       same ? "bit-identical to q8_0" : "DIFFERS");
-                CHECK_MSG(same, "q8_0 split matmul %lldx%lld differs from q8_0", (long long)rows, (long long)k);
-                cuda_free(g_cu, dws);
-                free(ys);
-            }
             cuda_free(g_cu, dw); cuda_free(g_cu, dx); cuda_free(g_cu, dxq); cuda_free(g_cu, dids);
             cuda_free(g_cu, drow); cuda_free(g_cu, doff); cuda_free(g_cu, dy); cuda_free(g_cu, dr);
             free(w); free(wf); free(x); free(y); free(ref);
@@ -657,79 +627,6 @@ TEST(test_router)
     check_router(60, 4, 3);
 }
 
-/* cuda_norm_router against the three launches it replaces (rmsnorm_quant,
- * the F32 router matvec, the top-k) on the same input: xn, xq, logits,
- * ids and weights bit for bit; launched twice (the counter left zero by
- * the first launch serves the second), and with partial last CTAs. */
-static void check_norm_router(int n, int ne, int k, int wtype)
-{
-    err e = {0};
-    float *x = xmalloc(sizeof(float) * n), *nw = xmalloc(sizeof(float) * n), *rw = xmalloc(sizeof(float) * n * ne);
-    for (int i = 0; i < n; i++) { x[i] = frand() * 3.0f; nw[i] = 0.5f + frand(); }
-    for (int i = 0; i < n * ne; i++) rw[i] = frand() * 0.1f;
-    const size_t ab = cuda_act_bytes(wtype, n);
-    float *dx = dev_from(x, sizeof(float) * n), *dnw = dev_from(nw, sizeof(float) * n);
-    float *drw = dev_from(rw, sizeof(float) * n * ne);
-    float *dxn[2] = { dev_alloc(sizeof(float) * n), dev_alloc(sizeof(float) * n) };
-    uint8_t *dxq[2] = { dev_alloc(ab), dev_alloc(ab) };
-    float *dlg[2] = { dev_alloc(sizeof(float) * ne), dev_alloc(sizeof(float) * ne) };
-    int32_t *dids[2] = { dev_alloc(sizeof(int32_t) * k), dev_alloc(sizeof(int32_t) * k) };
-    float *dws[2] = { dev_alloc(sizeof(float) * k), dev_alloc(sizeof(float) * k) };
-    unsigned *dcnt = dev_alloc(sizeof(unsigned));
-    CHECK(cuda_memset(g_cu, dcnt, 0, sizeof(unsigned), &e) == 0);
-    /* the three launches */
-    CHECK_MSG(cuda_rmsnorm_quant(g_cu, wtype, dxn[0], dxq[0], dx, dnw, n, 1e-6f, &e) == 0, "%s", e.msg);
-    CHECK_MSG(cuda_matvec(g_cu, QTYPE_F32, drw, ne, n, dxn[0], dlg[0], &e) == 0, "%s", e.msg);
-    CHECK_MSG(cuda_router_topk(g_cu, dlg[0], ne, k, 1, dids[0], dws[0], &e) == 0, "%s", e.msg);
-    const cuda_norm_router_args a = {
-        .x = dx, .norm_w = dnw, .n = n, .eps = 1e-6f, .xq_type = wtype, .xn = dxn[1], .xq = dxq[1], .router = drw,
-        .n_expert = ne, .k = k, .logits = dlg[1], .ids = dids[1], .wts = dws[1], .counter = dcnt,
-    };
-    int same = 1;
-    for (int rep = 0; rep < 2; rep++) {
-        CHECK(cuda_memset(g_cu, dlg[1], 0xFF, sizeof(float) * ne, &e) == 0);
-        CHECK(cuda_memset(g_cu, dids[1], 0xFF, sizeof(int32_t) * k, &e) == 0);
-        CHECK_MSG(cuda_norm_router(g_cu, &a, &e) == 0, "%s", e.msg);
-        const struct { const void *d0, *d1; size_t bytes; } cmp[] = {
-            { dxn[0], dxn[1], sizeof(float) * n }, { dxq[0], dxq[1], ab }, { dlg[0], dlg[1], sizeof(float) * ne },
-            { dids[0], dids[1], sizeof(int32_t) * k }, { dws[0], dws[1], sizeof(float) * k },
-        };
-        for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
-            uint8_t *h0 = xmalloc(cmp[i].bytes), *h1 = xmalloc(cmp[i].bytes);
-            CHECK(cuda_download(g_cu, h0, cmp[i].d0, cmp[i].bytes, &e) == 0);
-            CHECK(cuda_download(g_cu, h1, cmp[i].d1, cmp[i].bytes, &e) == 0);
-            if (memcmp(h0, h1, cmp[i].bytes)) { same = 0; printf("  norm router: output %zu differs\n", i); }
-            free(h0); free(h1);
-        }
-        unsigned cnt = 1;
-        CHECK(cuda_download(g_cu, &cnt, dcnt, sizeof cnt, &e) == 0);
-        CHECK_MSG(cnt == 0, "norm router: counter %u after the launch", cnt);
-    }
-    printf("  norm router n=%d %d of %d experts (%s): %s\n", n, k, ne, qtype_name(wtype),
-           same ? "bit-identical to norm + matvec + top-k" : "DIFFERS");
-    CHECK_MSG(same, "norm router n=%d %d of %d (%s) differs", n, k, ne, qtype_name(wtype));
-    cuda_free(g_cu, dx); cuda_free(g_cu, dnw); cuda_free(g_cu, drw); cuda_free(g_cu, dcnt);
-    for (int i = 0; i < 2; i++) {
-        cuda_free(g_cu, dxn[i]); cuda_free(g_cu, dxq[i]); cuda_free(g_cu, dlg[i]); cuda_free(g_cu, dids[i]);
-        cuda_free(g_cu, dws[i]);
-    }
-    free(x); free(nw); free(rw);
-}
-
-TEST(test_norm_router)
-{
-    check_norm_router(2048, 128, 8, QTYPE_Q4_K);   /* Qwen3-30B-A3B */
-    check_norm_router(2048, 100, 6, QTYPE_Q8_0);   /* a partial last CTA */
-    check_norm_router(512, 60, 4, QTYPE_Q4_1);
-    err e = {0};
-    cuda_norm_router_args bad = { .n = 2048, .xq_type = QTYPE_Q4_K, .n_expert = 512, .k = 10 };
-    CHECK(cuda_norm_router(g_cu, &bad, &e) == ERR_USAGE);   /* more experts than the kernel's top-k takes */
-    err_clear(&e);
-    bad.n_expert = 128;
-    CHECK(cuda_norm_router(g_cu, &bad, &e) == ERR_USAGE);   /* no buffers */
-    err_clear(&e);
-}
-
 TEST(test_errors)
 {
     err e = {0};
@@ -743,13 +640,6 @@ TEST(test_errors)
     err_clear(&e);
     CHECK(cuda_act_quant(g_cu, QTYPE_Q3_K, NULL, NULL, 256, 1, &e) == ERR_UNSUPPORTED);
     CHECK(cuda_act_bytes(QTYPE_Q4_K, 100) == 0);
-    /* split Q8_0 rows: k a multiple of 256, 16-byte aligned weights */
-    CHECK(cuda_repack_q8_0(g_cu, (void *)(uintptr_t)256, 4, 288, &e) == ERR_USAGE);
-    err_clear(&e);
-    CHECK(cuda_repack_q8_0(g_cu, (void *)(uintptr_t)258, 4, 256, &e) == ERR_USAGE);
-    err_clear(&e);
-    CHECK(cuda_matvec(g_cu, CUDA_Q8_0_SPLIT, (const void *)(uintptr_t)256, 8, 288, NULL, NULL, &e) == ERR_USAGE);
-    err_clear(&e);
     /* the step probe: a bad count, and a persistent grid that cannot be resident */
     float us = -1.f;
     CHECK(cuda_step_probe(g_cu, 0, 0, 10, &us, &e) == ERR_USAGE && us == 0.f);
@@ -930,7 +820,6 @@ int main(int argc, char **argv)
     RUN(test_rmsnorm_quant_shapes);
     RUN(test_swiglu);
     RUN(test_router);
-    RUN(test_norm_router);
     if (cuda_sync(g_cu, &e)) { fprintf(stderr, "cuda: %s\n", e.msg); test_g.failed++; }
     cuda_close(g_cu);
     return test_summary("cuda");

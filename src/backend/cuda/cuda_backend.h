@@ -206,8 +206,7 @@ int  cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g_dev, const flo
  * row when 4 rows exceed 64 KB) plus the unpacked activation must fit in
  * the device's shared memory (k up to about 100000 for Q8_0, 58000 for F32). Enqueued. */
 typedef struct cuda_matvec_args {
-    int            wtype;     /* QTYPE_Q4_K/Q5_K/Q6_K/Q8_0/Q4_0/Q5_0/Q4_1/Q5_1/F32/F16/BF16 (qtype.h ids),
-                                 or CUDA_Q8_0_SPLIT (below) */
+    int            wtype;     /* QTYPE_Q4_K/Q5_K/Q6_K/Q8_0/Q4_0/Q5_0/Q4_1/Q5_1/F32/F16/BF16 (qtype.h ids) */
     const void    *w;         /* device */
     size_t         w_stride;  /* bytes from matrix m to m + 1 */
     const int32_t *ids;       /* device, n_batch entries, or NULL */
@@ -262,17 +261,6 @@ typedef struct cuda_matmul_args {
     float         *y;         /* device */
 } cuda_matmul_args;
 int  cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e);
-/* Q8_0 matrices in split rows: cuda_repack_q8_0 rewrites, in place, each
- * of `rows` rows of k weights (k a multiple of 256, so that every row of
- * 34 k / 32 bytes stays 16-byte aligned; w 16-byte aligned) as its k int8
- * quants followed by its k / 32 f16 scales. cuda_matvec, cuda_matvec_batch
- * and cuda_matmul take such a matrix as wtype CUDA_Q8_0_SPLIT (with Q8_0's
- * activations: cuda_act_quant with QTYPE_Q8_0) and give bit for bit what
- * the Q8_0 rows give, with a 16-byte load where Q8_0's 2-byte-aligned
- * blocks need eight. Not a ggml type: nothing else reads such rows.
- * Enqueued. */
-#define CUDA_Q8_0_SPLIT 1008
-int  cuda_repack_q8_0(cuda_ctx *c, void *w_dev, int64_t rows, int64_t k, err *e);
 /* One matrix: y[r] = dot(row r of w, xq) for r < rows. */
 int  cuda_matvec(cuda_ctx *c, int wtype, const void *w_dev, int64_t rows, int64_t k, const void *xq_dev,
                  float *y_dev, err *e);
@@ -290,39 +278,12 @@ int  cuda_matvec(cuda_ctx *c, int wtype, const void *w_dev, int64_t rows, int64_
  *   index (ops_topk), ids[r*k + t]; weights[r*k + t] = p / max(sum of the
  *   k chosen p (double, then float), 2^-14) as qwen3moe.c route(). The
  *   logits are not modified. n_expert <= 1024, 1 <= k <= 32, k <= n_expert.
- *   A NaN or infinite logit makes every probability of its row NaN (as on
- *   the CPU): that row's ids are 0..k-1 (ops_topk's), its weights NaN; an
- *   id is never outside 0..n_expert-1. Enqueued. */
+ *   Enqueued. */
 int  cuda_rmsnorm(cuda_ctx *c, float *y_dev, const float *x_dev, const float *w_dev, int n, int rows, float eps,
                   err *e);
 int  cuda_swiglu(cuda_ctx *c, float *h_dev, const float *g_dev, const float *u_dev, int64_t n, err *e);
 int  cuda_router_topk(cuda_ctx *c, const float *logits_dev, int n_expert, int k, int rows, int32_t *ids_dev,
                       float *weights_dev, err *e);
-
-/* cuda_norm_router: the MoE half's first three steps in one launch, for
- * one row (decode): xn = rmsnorm(x) * norm_w and xq = xn in the experts'
- * dot type (cuda_rmsnorm_quant's, bit for bit), logits = router . xn (an F32
- * router of n_expert rows of n: cuda_matvec's, bit for bit), and ids, wts
- * = cuda_router_topk of the logits (k of n_expert). counter: one device
- * unsigned, zero before the first launch; each launch leaves it zero (the
- * grid's last CTA runs the top-k). n <= CUDA_RMSQ_MAXN, n_expert <=
- * CUDA_NORM_ROUTER_MAXE. Enqueued. */
-#define CUDA_NORM_ROUTER_MAXE 128
-typedef struct cuda_norm_router_args {
-    const float *x, *norm_w;  /* device (n) */
-    int          n;
-    float        eps;
-    int          xq_type;     /* the experts' weight type (xq in its dot type: Q8_K, Q8_0 or Q8_1) */
-    float       *xn;          /* device (n) */
-    void        *xq;          /* device (cuda_act_bytes(xq_type, n)) */
-    const float *router;      /* device (n_expert, n), 16-byte aligned */
-    int          n_expert, k;
-    float       *logits;      /* device (n_expert) */
-    int32_t     *ids;         /* device (k) */
-    float       *wts;         /* device (k) */
-    unsigned    *counter;     /* device, see above */
-} cuda_norm_router_args;
-int  cuda_norm_router(cuda_ctx *c, const cuda_norm_router_args *a, err *e);
 
 /* ==== The rest of the decode token path (cuda_layer.cu) ====
  * Each function is enqueued on the context's stream and reproduces the CPU

@@ -58,7 +58,7 @@ static inline int cuda_launch_check(err *e, const char *what)
  * any global memory access. Two exceptions: k_attn reads the position,
  * written two or more launches back, and issues L2 prefetches first;
  * k_matvec_direct, for a matrix chosen by its arguments alone (no ids),
- * and k_norm_router (its router) prefetch that matrix's rows into L2 first. A prefetch reads nothing
+ * prefetches that matrix's rows into L2 first. A prefetch reads nothing
  * into the program, so it cannot observe a write it should have waited for.
  * griddepcontrol.wait returns once the previous grid has completed and its
  * writes are visible (transitively: that grid itself waited for its

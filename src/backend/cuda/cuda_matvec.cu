@@ -198,12 +198,15 @@ __global__ void k_quant_q8_0(const float *__restrict__ x, const float *__restric
  * blocks w, w + 8, ... a warp; Q8_0 / Q8_1 blocks four a warp at once
  * (quant_q8_0_oct), so the rounds a warp runs one after the other, the
  * kernel's critical path, are a quarter as many. */
-/* The normed row sy (shared memory, after the barrier that follows
- * rms_row) to y and, quantized, to xq: k_rmsnorm_quant's second half, also
- * run by one CTA of the fused norm-router kernel. */
 template <int DT>
-__device__ __forceinline__ void rmsq_store(const float *sy, float *y, uint8_t *xq, int n)
+__global__ void __launch_bounds__(RMS_THREADS)
+k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__ w, int n, float eps)
 {
+    pdl_enter();
+    __shared__ double part[RMS_THREADS / 32];
+    __shared__ __align__(16) float sy[CUDA_RMSQ_MAXN];   /* 16: quant_q8_0_oct reads float4 */
+    rms_row(sy, x, w, n, eps, part);
+    __syncthreads();
     for (int i = threadIdx.x; i < n; i += RMS_THREADS) y[i] = sy[i];
     const int warp = threadIdx.x >> 5, nw = RMS_THREADS / 32;
     const int nb = DT == 2 ? n / CQK_K : n / CQK8_0;
@@ -215,18 +218,6 @@ __device__ __forceinline__ void rmsq_store(const float *sy, float *y, uint8_t *x
             quant_q8_0_oct<DT>(sy, xq, b < nb ? b : nb - 1, b < nb);
         }
     }
-}
-
-template <int DT>
-__global__ void __launch_bounds__(RMS_THREADS)
-k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__ w, int n, float eps)
-{
-    pdl_enter();
-    __shared__ double part[RMS_THREADS / 32];
-    __shared__ __align__(16) float sy[CUDA_RMSQ_MAXN];   /* 16: quant_q8_0_oct reads float4 */
-    rms_row(sy, x, w, n, eps, part);
-    __syncthreads();
-    rmsq_store<DT>(sy, y, xq, n);
 }
 
 /* f16 / bf16 activations (F16 / BF16 weights): one value a thread,
@@ -321,40 +312,6 @@ extern "C" int cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g, con
     return launch_quant<1>(c, wtype, g, u, (uint8_t *)xq, n, rows, e);
 }
 
-/* ==== Q8_0 split rows ====
- * In place, a CTA a row at a time: the row's 34 nb bytes to shared memory,
- * then its quants (block b's 32 at 32 b) and its scales (block b's f16 at
- * 32 nb + 2 b) back. Why: a Q8_0 row's blocks are 34 bytes, so half of
- * them start at 2 mod 4 and qd_item_q8_0 reads its 16 quants as 8
- * halfwords; split, an item is one 16-byte load (qd_item_q8_0s). */
-__global__ void k_repack_q8_0(uint8_t *w, int64_t rows, int nb)
-{
-    pdl_enter();
-    extern __shared__ __align__(16) uint8_t srow[];
-    const int rb = nb * CQ8_0_BYTES;
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        uint8_t *row = w + (size_t)r * rb;
-        for (int i = threadIdx.x; i < rb; i += blockDim.x) srow[i] = row[i];
-        __syncthreads();
-        for (int i = threadIdx.x; i < 32 * nb; i += blockDim.x) row[i] = srow[CQ8_0_BYTES * (i >> 5) + 2 + (i & 31)];
-        for (int i = threadIdx.x; i < 2 * nb; i += blockDim.x) row[32 * nb + i] = srow[CQ8_0_BYTES * (i >> 1) + (i & 1)];
-        __syncthreads();
-    }
-}
-
-extern "C" int cuda_repack_q8_0(cuda_ctx *c, void *w, int64_t rows, int64_t k, err *e)
-{
-    const int64_t rb = k / 32 * CQ8_0_BYTES;
-    if (!w || rows <= 0 || rows > INT_MAX || k <= 0 || k % 256 || ((uintptr_t)w & 15))
-        return err_setf(e, ERR_USAGE, "cuda_repack_q8_0: rows=%lld k=%lld (k a multiple of 256, 16-byte aligned "
-                        "weights)", (long long)rows, (long long)k);
-    if (rb > 48 * 1024)   /* the dynamic shared memory a launch has without opting in */
-        return err_setf(e, ERR_UNSUPPORTED, "cuda_repack_q8_0: k=%lld: a row of %lld bytes exceeds 48 KB of shared memory",
-                        (long long)k, (long long)rb);
-    const unsigned grid = (unsigned)(rows < 4096 ? rows : 4096);
-    return cuda_launch(c, k_repack_q8_0, grid, 256, (size_t)rb, e, "repack q8_0", (uint8_t *)w, rows, (int)(k / 32));
-}
-
 /* ==== Matvec ==== */
 
 __device__ __forceinline__ void cp_async16(void *s, const void *g)
@@ -410,9 +367,6 @@ template <> struct mv_traits<QTYPE_Q6_K> {
 template <> struct mv_traits<QTYPE_Q8_0> {
     enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
 };
-template <> struct mv_traits<CUDA_Q8_0_SPLIT> {   /* rows 16-byte aligned: k a multiple of 256 */
-    enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 16, XAL = 2 };
-};
 template <> struct mv_traits<QTYPE_Q4_0> {
     enum { BE = 32, BB = QD_Q40_BYTES, IPB = QD_Q40_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
 };
@@ -436,13 +390,10 @@ template <> struct mv_traits<QTYPE_BF16> {
 };
 
 /* xq: the unpacked int8 quants in shared memory, or (RAW) the activation
- * row in global memory; nb: the row's blocks (split rows find their scales
- * with it) */
+ * row in global memory */
 template <int QT>
-__device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, const float *xd, const int16_t *xbs, int it,
-                                         int nb)
+__device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
 {
-    if (QT == CUDA_Q8_0_SPLIT) return qd_item_q8_0s(w, xq, xd, nb, it);
     if (QT == QTYPE_Q4_K) return qd_item_q4_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q5_K) return qd_item_q5_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q6_K) return qd_item_q6_K(w, xq, xd, xbs, it);
@@ -552,7 +503,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
         for (int i = warp; i < nr; i += MV_WARPS) {
             const uint8_t *wrow = tile + shift + (size_t)i * rb;
             float acc = 0.f;
-            for (int it = lane; it < nit; it += 32) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it, nb);
+            for (int it = lane; it < nit; it += 32) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
             if (lane == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
@@ -563,7 +514,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
     float acc = 0.f;
     if (i < nr) {   /* warp-uniform */
         const uint8_t *wrow = tile + shift + (size_t)i * rb;
-        for (int it = lane + 32 * part; it < nit; it += 32 * wpr) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it, nb);
+        for (int it = lane + 32 * part; it < nit; it += 32 * wpr) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -636,10 +587,6 @@ static void mvd_geometry(const cuda_ctx *c, int64_t nit, int rows, int rb, int64
     *R = r;
 }
 
-/* A matvec weight type's name for messages (the split Q8_0 layout is not
- * a ggml type). */
-static const char *mv_type_name(int wtype) { return wtype == CUDA_Q8_0_SPLIT ? "q8_0 (split rows)" : qtype_name(wtype); }
-
 /* The shape and alignment every matvec/matmul launch needs (name: the
  * caller's, for the message; n: its batch or item count). */
 template <int QT>
@@ -647,50 +594,14 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
                     size_t x_stride, err *e)
 {
     typedef mv_traits<QT> T;
-    const int kal = QT == CUDA_Q8_0_SPLIT ? 256 : (int)T::BE;   /* split rows: 16-byte aligned */
-    if (k <= 0 || k % kal || k > INT_MAX / 8 || rows <= 0 || rows > INT_MAX || n <= 0 || n > 65535)
+    if (k <= 0 || k % T::BE || k > INT_MAX / 8 || rows <= 0 || rows > INT_MAX || n <= 0 || n > 65535)
         return err_setf(e, ERR_USAGE, "%s: bad shape rows=%lld k=%lld batch=%d (%s: k a multiple of %d)", name,
-                        (long long)rows, (long long)k, n, mv_type_name(QT), kal);
+                        (long long)rows, (long long)k, n, qtype_name(QT), (int)T::BE);
     const uintptr_t wal = T::WAL - 1, xal = T::XAL - 1;
     if ((((uintptr_t)w | (uintptr_t)w_stride) & wal) || (((uintptr_t)xq | (uintptr_t)x_stride) & xal))
         return err_setf(e, ERR_USAGE, "%s: %s weights need %d-byte and activations %d-byte alignment", name,
-                        mv_type_name(QT), (int)T::WAL, (int)T::XAL);
+                        qtype_name(QT), (int)T::WAL, (int)T::XAL);
     return 0;
-}
-
-/* The direct kernel's rows: the nr rows at g (rb bytes, nit items each)
- * dotted with the activation (xs, sxd, sxbs as mv_unpack gives them; RAW:
- * the float row, in global or shared memory), outputs mv_store'd at y[yo +
- * i]. The sums depend on lg_s alone (not on which CTA takes a row), so the
- * fused norm-router kernel, calling this with the direct kernel's lg_s,
- * gives its router logits bit for bit. */
-template <int QT>
-__device__ __forceinline__ void mvd_rows(const uint8_t *g, int nr, int rb, int nit, int nb, int lg_s, const int8_t *xs,
-                                         const float *sxd, const int16_t *sxbs, const mv_ext &ex, float *y, size_t yo)
-{
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int S = 1 << lg_s, sl = lane & (S - 1), rpw = 32 >> lg_s;
-    /* the loop bound is warp-uniform (base), so every lane reaches the shuffles */
-    for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
-        const int i = base + (lane >> lg_s);
-        const bool ok = i < nr;
-        /* branch-free body: a lane past the last row or item recomputes a
-         * valid one (row nr - 1, item nit - 1: lines other lanes load
-         * anyway, no extra HBM traffic) and adds 0 instead, so the MVD_U
-         * items' loads can all be scheduled ahead of the arithmetic */
-        const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
-        float acc = 0.f;
-        for (int c = 0; c < nit; c += S * MVD_U) {
-#pragma unroll
-            for (int u = 0; u < MVD_U; u++) {
-                const int it = c + sl + S * u;
-                const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1), nb);
-                acc += it < nit ? v : 0.f;
-            }
-        }
-        for (int o = S >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (ok && sl == 0) mv_store(ex, y, yo + i, acc);
-    }
 }
 
 /* grid: (ceil(rows / R), n_batch); block: 32 * MVD_WARPS threads. R is a
@@ -721,78 +632,30 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     int16_t *sxbs;
     const int8_t *xs = mv_unpack<QT>(xq + (size_t)b * x_stride, smem, k, &sxd, &sxbs);
     __syncthreads();
-    mvd_rows<QT>(g, nr, rb, nit, nb, lg_s, xs, sxd, sxbs, ex, y, (size_t)b * y_stride + r0);
-}
 
-/* ---- the MoE half's head in one launch (cuda_norm_router) ----
- * Every CTA norms the residual row itself (rms_row into shared memory: the
- * row is 8 KB of L2 reads, cheaper than a dependent launch), CTA 0 also
- * stores it and its quantization for the experts (k_rmsnorm_quant's
- * rmsq_store), then each CTA dots its R router rows (F32) with the normed
- * row in shared memory: mvd_rows with the direct kernel's lg_s, so the
- * logits are the F32 matvec's bit for bit. The last CTA to finish (its
- * __threadfence'd increment of a counter is the grid's last) reads the
- * logits back from L2 and runs the top-k (router_row_reg, one warp), then
- * zeroes the counter for the next launch. Three dependent launches (norm,
- * router matvec, top-k) become one. grid: ceil(n_expert / R); block:
- * RMS_THREADS (= the direct kernel's 32 MVD_WARPS); dynamic shared
- * memory: n floats. */
-template <int DT>
-__global__ void __launch_bounds__(RMS_THREADS)
-k_norm_router(const cuda_norm_router_args a, int R, int lg_s)
-{
-    static_assert(RMS_THREADS == 32 * MVD_WARPS, "mvd_rows' warps are the norm's");
-    typedef mv_traits<QTYPE_F32> T;
-    const int nb = a.n / T::BE, rb = nb * T::BB, nit = nb * T::IPB;
-    const int r0 = blockIdx.x * R, nr = min(R, a.n_expert - r0);
-    /* the router rows (a kernel argument) into L2 while the previous
-     * kernel finishes, as k_matvec_direct does: without it the 1 MB router
-     * comes cold from HBM into a 16-CTA grid (measured 0.91x of the three
-     * launches this kernel replaces) */
-    mvd_prefetch_l2((const uint8_t *)a.router + (size_t)r0 * rb, (size_t)nr * rb);
-    pdl_enter();
-    __shared__ double part[RMS_THREADS / 32];
-    __shared__ unsigned s_last;
-    extern __shared__ __align__(16) float sy[];
-    rms_row(sy, a.x, a.norm_w, a.n, a.eps, part);
-    __syncthreads();
-    if (blockIdx.x == 0) rmsq_store<DT>(sy, a.xn, (uint8_t *)a.xq, a.n);
-    const mv_ext ex = { NULL, NULL, NULL };
-    mvd_rows<QTYPE_F32>((const uint8_t *)a.router + (size_t)r0 * rb, nr, rb, nit, nb, lg_s, (const int8_t *)sy, NULL,
-                        NULL, ex, a.logits, (size_t)r0);
-    __threadfence();   /* this CTA's logits are visible before its increment */
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    if (threadIdx.x < 32) {   /* the logits of every CTA, from L2 (__ldcg: not this SM's L1) */
-        for (int i = threadIdx.x; i < a.n_expert; i += 32) sy[i] = __ldcg(a.logits + i);
-        __syncwarp();
-        router_row_reg<4>(sy, a.n_expert, a.k, a.ids, a.wts);
-        if (threadIdx.x == 0) *a.counter = 0u;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int S = 1 << lg_s, sl = lane & (S - 1), rpw = 32 >> lg_s;
+    /* the loop bound is warp-uniform (base), so every lane reaches the shuffles */
+    for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
+        const int i = base + (lane >> lg_s);
+        const bool ok = i < nr;
+        /* branch-free body: a lane past the last row or item recomputes a
+         * valid one (row nr - 1, item nit - 1: lines other lanes load
+         * anyway, no extra HBM traffic) and adds 0 instead, so the MVD_U
+         * items' loads can all be scheduled ahead of the arithmetic */
+        const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
+        float acc = 0.f;
+        for (int c = 0; c < nit; c += S * MVD_U) {
+#pragma unroll
+            for (int u = 0; u < MVD_U; u++) {
+                const int it = c + sl + S * u;
+                const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1));
+                acc += it < nit ? v : 0.f;
+            }
+        }
+        for (int o = S >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (ok && sl == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
     }
-}
-
-extern "C" int cuda_norm_router(cuda_ctx *c, const cuda_norm_router_args *a, err *e)
-{
-    const qtype_info *qi = qtype_get(a->xq_type);
-    const int dot = qi ? qi->dot_type : -1;
-    if (a->n <= 0 || a->n > CUDA_RMSQ_MAXN || a->n % QD_F32_PER_ITEM || !cuda_act_bytes(a->xq_type, a->n) ||
-        (dot != QTYPE_Q8_K && dot != QTYPE_Q8_0 && dot != QTYPE_Q8_1) || a->n_expert <= 0 ||
-        a->n_expert > CUDA_NORM_ROUTER_MAXE || a->k < 1 || a->k > 32 || a->k > a->n_expert)
-        return err_setf(e, ERR_USAGE, "cuda_norm_router: n=%d (<= %d), experts' type %s (a Q8 dot type), %d of %d "
-                        "experts (<= 32 of <= %d)", a->n, CUDA_RMSQ_MAXN, qtype_name(a->xq_type), a->k, a->n_expert,
-                        CUDA_NORM_ROUTER_MAXE);
-    if (!a->x || !a->norm_w || !a->xn || !a->xq || !a->router || !a->logits || !a->ids || !a->wts || !a->counter ||
-        ((uintptr_t)a->router & 15))
-        return err_setf(e, ERR_USAGE, "cuda_norm_router: a missing buffer, or router weights not 16-byte aligned");
-    int lg_s, R;
-    mvd_geometry(c, a->n / QD_F32_PER_ITEM, a->n_expert, a->n * 4, 1, &lg_s, &R);   /* the F32 matvec's */
-    const unsigned grid = (unsigned)((a->n_expert + R - 1) / R);
-    const size_t smem = sizeof(float) * (size_t)a->n;
-    return cuda_launch(c, dot == QTYPE_Q8_K ? k_norm_router<2> : dot == QTYPE_Q8_1 ? k_norm_router<1> : k_norm_router<0>,
-                       grid, RMS_THREADS, smem, e, "norm router", *a, R, lg_s);
 }
 
 /* ---- grouped matmul (prompt chunks) ----
@@ -850,7 +713,7 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
 #pragma unroll
                 for (int j = 0; j < CUDA_MM_NB; j++) {
                     if (j < nv) {   /* uniform */
-                        const float v = mv_item<QT>(wrow, s_xs[j], (float *)s_xd[j], (int16_t *)s_xbs[j], itc, nb);
+                        const float v = mv_item<QT>(wrow, s_xs[j], (float *)s_xd[j], (int16_t *)s_xbs[j], itc);
                         acc[j] += it < nit ? v : 0.f;
                     }
                 }
@@ -893,7 +756,7 @@ int cuda_matvec_init(cuda_ctx *c, err *e)
     const int lim = (int)c->info.smem_per_block_optin;
     int r = 0;
     if ((r = mv_attr<QTYPE_Q4_K>(lim, e)) || (r = mv_attr<QTYPE_Q5_K>(lim, e)) || (r = mv_attr<QTYPE_Q6_K>(lim, e)) ||
-        (r = mv_attr<QTYPE_Q8_0>(lim, e)) || (r = mv_attr<CUDA_Q8_0_SPLIT>(lim, e)) || (r = mv_attr<QTYPE_Q4_0>(lim, e)) || (r = mv_attr<QTYPE_Q5_0>(lim, e)) ||
+        (r = mv_attr<QTYPE_Q8_0>(lim, e)) || (r = mv_attr<QTYPE_Q4_0>(lim, e)) || (r = mv_attr<QTYPE_Q5_0>(lim, e)) ||
         (r = mv_attr<QTYPE_Q4_1>(lim, e)) || (r = mv_attr<QTYPE_Q5_1>(lim, e)) || (r = mv_attr<QTYPE_F32>(lim, e)) ||
         (r = mv_attr<QTYPE_F16>(lim, e)) || (r = mv_attr<QTYPE_BF16>(lim, e)))
         return r;
@@ -915,7 +778,7 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
     const uint8_t *w = (const uint8_t *)a->w, *xq = (const uint8_t *)a->xq;
     if (a->w2 && ((uintptr_t)a->w2 & wal))
-        return err_setf(e, ERR_USAGE, "cuda_matvec: %s weights need %d-byte alignment", mv_type_name(a->wtype),
+        return err_setf(e, ERR_USAGE, "cuda_matvec: %s weights need %d-byte alignment", qtype_name(a->wtype),
                         (int)T::WAL);
     if (a->w2 && (!a->y2 || a->add || a->n_batch > 65535 / 2))
         return err_setf(e, ERR_USAGE, "cuda_matvec: a second matrix set needs y2, no add, n_batch <= %d", 65535 / 2);
@@ -979,7 +842,6 @@ extern "C" int cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     case QTYPE_Q5_K: return mm_run<QTYPE_Q5_K>(c, a, e);
     case QTYPE_Q6_K: return mm_run<QTYPE_Q6_K>(c, a, e);
     case QTYPE_Q8_0: return mm_run<QTYPE_Q8_0>(c, a, e);
-    case CUDA_Q8_0_SPLIT: return mm_run<CUDA_Q8_0_SPLIT>(c, a, e);
     case QTYPE_Q4_0: return mm_run<QTYPE_Q4_0>(c, a, e);
     case QTYPE_Q5_0: return mm_run<QTYPE_Q5_0>(c, a, e);
     case QTYPE_Q4_1: return mm_run<QTYPE_Q4_1>(c, a, e);
@@ -988,7 +850,7 @@ extern "C" int cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     case QTYPE_F16: return mm_run<QTYPE_F16>(c, a, e);
     case QTYPE_BF16: return mm_run<QTYPE_BF16>(c, a, e);
     default:
-        return err_setf(e, ERR_UNSUPPORTED, "cuda_matmul: weight type %s has no CUDA kernel yet", mv_type_name(a->wtype));
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_matmul: weight type %s has no CUDA kernel yet", qtype_name(a->wtype));
     }
 }
 
@@ -1001,7 +863,6 @@ extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     case QTYPE_Q5_K: return mv_run<QTYPE_Q5_K>(c, a, e);
     case QTYPE_Q6_K: return mv_run<QTYPE_Q6_K>(c, a, e);
     case QTYPE_Q8_0: return mv_run<QTYPE_Q8_0>(c, a, e);
-    case CUDA_Q8_0_SPLIT: return mv_run<CUDA_Q8_0_SPLIT>(c, a, e);
     case QTYPE_Q4_0: return mv_run<QTYPE_Q4_0>(c, a, e);
     case QTYPE_Q5_0: return mv_run<QTYPE_Q5_0>(c, a, e);
     case QTYPE_Q4_1: return mv_run<QTYPE_Q4_1>(c, a, e);
@@ -1010,7 +871,7 @@ extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     case QTYPE_F16: return mv_run<QTYPE_F16>(c, a, e);
     case QTYPE_BF16: return mv_run<QTYPE_BF16>(c, a, e);
     default:
-        return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: weight type %s has no CUDA kernel yet", mv_type_name(a->wtype));
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: weight type %s has no CUDA kernel yet", qtype_name(a->wtype));
     }
 }
 

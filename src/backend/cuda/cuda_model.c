@@ -79,7 +79,6 @@ static size_t chunk_item_bytes(size_t items)
 typedef struct dmat {
     const uint8_t *d;        /* device */
     int      type;           /* ggml type id */
-    int      mvtype;         /* the matvec's wtype: type, or CUDA_Q8_0_SPLIT once repacked */
     int64_t  rows, k;        /* one matrix: rows of k weights */
     size_t   row_bytes;
     size_t   stride;         /* bytes from matrix m to m + 1 (experts) */
@@ -119,7 +118,6 @@ struct cuda_model {
     float    *att;           /* (n_head*head_dim) */
     uint8_t  *xq;            /* the widest quantized input (k rows for down) */
     float    *router;        /* (n_expert) logits */
-    unsigned *nr_count;      /* device: cuda_norm_router's counter (zero between launches) */
     int32_t  *sel;           /* (n_expert_used) experts, top-k order */
     float    *selw;          /* (n_expert_used) their weights */
     float    *g, *u;         /* (n_expert_used, n_ff_exp) gate (then hidden), up */
@@ -245,7 +243,7 @@ static int carve_pool(cuda_model *m, carve_fn walk, const void *ctx, const char 
 static int dmat_init(dmat *d, const wtensor *t, const char *name, int layer, err *e)
 {
     memset(d, 0, sizeof *d);
-    d->type = d->mvtype = t->type;
+    d->type = t->type;
     d->k = t->ne[0];
     d->rows = t->ne[1];
     d->row_bytes = (size_t)t->row_bytes;
@@ -280,33 +278,6 @@ static int check_shape(const hparams *hp, const cuda_model_opts *o, err *e)
     if (hp->n_head % hp->n_head_kv)
         return err_setf(e, ERR_FORMAT, "cuda_model: n_head %d not a multiple of n_head_kv %d", hp->n_head,
                         hp->n_head_kv);
-    return 0;
-}
-
-/* A dense Q8_0 matrix that only the matvecs read (not the embedding,
- * which get_rows reads, nor a head tied to it), in rows of a multiple of
- * 256 weights: rewritten in place as split rows (cuda_repack_q8_0), its
- * matvecs then one 16-byte load an item instead of eight 2-byte ones.
- * Experts are never repacked: the arena's copies come raw from the host. */
-static int repack_one(cuda_model *m, dmat *d, err *e)
-{
-    if (d->type != QTYPE_Q8_0 || d->k % 256) return 0;
-    TRY(cuda_repack_q8_0(m->cu, (void *)d->d, d->rows, d->k, e));
-    d->mvtype = CUDA_Q8_0_SPLIT;
-    return 0;
-}
-
-static int repack_dense(cuda_model *m, const weights *w, err *e)
-{
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        dlayer *dl = &m->layers[l];
-        TRY(repack_one(m, &dl->wq, e));
-        TRY(repack_one(m, &dl->wk, e));
-        TRY(repack_one(m, &dl->wv, e));
-        TRY(repack_one(m, &dl->wo, e));
-        TRY(repack_one(m, &dl->gate_inp, e));
-    }
-    if (w->output.data != w->tok_embd.data) TRY(repack_one(m, &m->output, e));
     return 0;
 }
 
@@ -733,7 +704,6 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     m->sel = carve(c, NULL, sizeof(int32_t) * (K + (size_t)m->ra));
     m->psel = m->sel ? m->sel + K : NULL;
     m->selw = carve(c, NULL, sizeof(float) * K);
-    m->nr_count = carve(c, NULL, sizeof(unsigned));
     if (m->nc >= 2) {
         const size_t nc = (size_t)m->nc;
         size_t aq = 0, aq2 = 0, ad = 0;
@@ -878,7 +848,6 @@ int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const
     if ((rc = chunk_setup(m, e))) goto fail;
     if ((rc = cuda_open(&m->cu, o->device, e))) goto fail;
     if ((rc = carve_pool(m, walk_weights, w, "the weights", &m->wpool, &m->wbytes, e))) goto fail;
-    if ((rc = repack_dense(m, w, e))) goto fail;
     if (m->arena && (rc = carve_pool(m, walk_arena, NULL, "the expert arena", &m->apool, &m->abytes, e))) goto fail;
     if (m->arena) pin_host(m, o, w);
     if ((rc = carve_pool(m, walk_kv, NULL, "the KV cache", &m->kvpool, &m->kvbytes, e))) goto fail;
@@ -888,7 +857,6 @@ int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const
     for (int i = 0; i < m->n_ctx; i++) pos[i] = i;
     if ((rc = cuda_upload(m->cu, m->pos, pos, sizeof(int32_t) * (size_t)m->n_ctx, e))) goto fail;
     if ((rc = cuda_memset(m->cu, m->tok, 0, sizeof(int32_t) * ((size_t)m->n_ctx + 1), e))) goto fail;
-    if ((rc = cuda_memset(m->cu, m->nr_count, 0, sizeof(unsigned), e))) goto fail;
     if ((rc = cuda_sync(m->cu, e))) goto fail;
     free(pos);
     *out = m;
@@ -964,7 +932,7 @@ static int act_in(cuda_model *m, const dmat *w, const float *x, int rows, const 
 /* y = W xq for one matrix, xq from act_in. */
 static int mvq(cuda_model *m, const dmat *w, const void *xq, float *y, err *e)
 {
-    return cuda_matvec(m->cu, w->mvtype, w->d, w->rows, w->k, xq, y, e);
+    return cuda_matvec(m->cu, w->type, w->d, w->rows, w->k, xq, y, e);
 }
 
 /* y = W x for one matrix, quantizing x first. */
@@ -1005,7 +973,7 @@ static int mv_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_str
                       err *e)
 {
     cuda_matvec_args a = {
-        .wtype = w->mvtype, .w = w->d, .w_stride = w->stride, .ids = m->arena ? m->slot_ids : m->sel,
+        .wtype = w->type, .w = w->d, .w_stride = w->stride, .ids = m->arena ? m->slot_ids : m->sel,
         .rows = w->rows, .k = w->k,
         .n_batch = m->hp.n_expert_used, .xq = xq, .x_stride = x_stride, .y = y, .y_stride = y_stride,
     };
@@ -1031,7 +999,7 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, err *e
             TRY(act_in(m, &dl->wq, m->xn, 1, &xq, e));
         }
         if (qkv_adjacent(m, dl)) {   /* one matrix of q + k + v rows into q, k, v (adjacent too) */
-            TRY(cuda_matvec(cu, dl->wq.mvtype, dl->wq.d, dl->wq.rows + dl->wk.rows + dl->wv.rows, dl->wq.k, xq, m->q,
+            TRY(cuda_matvec(cu, dl->wq.type, dl->wq.d, dl->wq.rows + dl->wk.rows + dl->wv.rows, dl->wq.k, xq, m->q,
                             e));
         } else {
             TRY(mvq(m, &dl->wq, xq, m->q, e));
@@ -1057,7 +1025,7 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, err *e
     const void *xq;
     TRY(act_in(m, &dl->wo, m->att, 1, &xq, e));
     cuda_matvec_args a = {
-        .wtype = dl->wo.mvtype, .w = dl->wo.d, .rows = dl->wo.rows, .k = dl->wo.k, .n_batch = 1, .xq = xq,
+        .wtype = dl->wo.type, .w = dl->wo.d, .rows = dl->wo.rows, .k = dl->wo.k, .n_batch = 1, .xq = xq,
         .y = m->x, .add = m->x,
     };
     return cuda_matvec_batch(cu, &a, e);
@@ -1086,19 +1054,10 @@ static int layer_moe(cuda_model *m, int l, err *e)
         TRY(cuda_router_topk(cu, m->prouter, hp->n_expert, m->ra, 1, m->psel, m->pselw, e));
     }
     const int fused = dl->gate_inp.act_f32 && q8_dot(&dl->gate_exps);
-    if (fused && hp->n_expert <= CUDA_NORM_ROUTER_MAXE) {   /* norm, quantization, router and top-k: one launch */
-        const cuda_norm_router_args na = {
-            .x = m->x, .norm_w = dl->ffn_norm, .n = E, .eps = hp->rms_eps, .xq_type = dl->gate_exps.type,
-            .xn = m->xn, .xq = m->xq, .router = (const float *)dl->gate_inp.d, .n_expert = hp->n_expert, .k = K,
-            .logits = m->router, .ids = m->sel, .wts = m->selw, .counter = m->nr_count,
-        };
-        TRY(cuda_norm_router(cu, &na, e));
-    } else {
-        if (fused) TRY(cuda_rmsnorm_quant(cu, dl->gate_exps.type, m->xn, m->xq, m->x, dl->ffn_norm, E, hp->rms_eps, e));
-        else TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
-        TRY(mv(m, &dl->gate_inp, m->xn, m->router, e));
-        TRY(cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
-    }
+    if (fused) TRY(cuda_rmsnorm_quant(cu, dl->gate_exps.type, m->xn, m->xq, m->x, dl->ffn_norm, E, hp->rms_eps, e));
+    else TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
+    TRY(mv(m, &dl->gate_inp, m->xn, m->router, e));
+    TRY(cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
     if (m->arena) TRY(arena_resolve(m, l, e));
     /* gate and up share the input row (x_stride 0); one launch when they
      * are stacks of one type and layout */
@@ -1107,7 +1066,7 @@ static int layer_moe(cuda_model *m, int l, err *e)
     if (dl->up_exps.type == dl->gate_exps.type && dl->up_exps.stride == dl->gate_exps.stride &&
         dl->up_exps.rows == dl->gate_exps.rows) {
         cuda_matvec_args a = {
-            .wtype = dl->gate_exps.mvtype, .w = dl->gate_exps.d, .w_stride = dl->gate_exps.stride,
+            .wtype = dl->gate_exps.type, .w = dl->gate_exps.d, .w_stride = dl->gate_exps.stride,
             .ids = m->arena ? m->slot_ids : m->sel,
             .rows = F, .k = E, .n_batch = K, .xq = xq, .y = m->g, .y_stride = (size_t)F,
             .w2 = dl->up_exps.d, .y2 = m->u,
@@ -1190,7 +1149,7 @@ static int mm_dense(cuda_model *m, const dmat *w, const void *xq, size_t x_strid
                     err *e)
 {
     cuda_matmul_args a = {
-        .wtype = w->mvtype, .w = w->d, .rows = w->rows, .k = w->k, .n_items = m->cd_items, .xq = xq,
+        .wtype = w->type, .w = w->d, .rows = w->rows, .k = w->k, .n_items = m->cd_items, .xq = xq,
         .x_stride = x_stride, .xrow = m->cd_xrow, .yoff = yoff, .y = y,
     };
     return cuda_matmul(m->cu, &a, e);
@@ -1302,7 +1261,7 @@ static int mm_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_str
                       const int64_t *yoff, float *y, err *e)
 {
     cuda_matmul_args a = {
-        .wtype = w->mvtype, .w = w->d, .w_stride = w->stride, .ids = m->ci_ids, .rows = w->rows, .k = w->k,
+        .wtype = w->type, .w = w->d, .w_stride = w->stride, .ids = m->ci_ids, .rows = w->rows, .k = w->k,
         .n_items = m->cx_items, .xq = xq, .x_stride = x_stride, .xrow = xrow, .yoff = yoff, .y = y,
     };
     return cuda_matmul(m->cu, &a, e);
@@ -1323,7 +1282,7 @@ static int layer_moe_chunk(cuda_model *m, int l, int r0, int nr, err *e)
     TRY(chunk_act(m, &dl->gate_inp, m->cxn, nr, m->cxq, &xq, &xs, e));
     {
         cuda_matmul_args a = {
-            .wtype = dl->gate_inp.mvtype, .w = dl->gate_inp.d, .rows = dl->gate_inp.rows, .k = dl->gate_inp.k,
+            .wtype = dl->gate_inp.type, .w = dl->gate_inp.d, .rows = dl->gate_inp.rows, .k = dl->gate_inp.k,
             .n_items = (nr + CUDA_MM_NB - 1) / CUDA_MM_NB, .xq = xq, .x_stride = xs, .xrow = m->cd_xrow,
             .yoff = m->cd_yr, .y = m->crouter,
         };

@@ -53,6 +53,8 @@ extern "C" int cuda_swiglu(cuda_ctx *c, float *h, const float *g, const float *u
 #define RT_WARPS 4
 #define RT_MAXN 1024
 
+__device__ __forceinline__ unsigned rt_key(float p) { return p >= 0.f ? __float_as_uint(p) + 2u : p != p ? 1u : 0u; }
+__device__ __forceinline__ float rt_val(unsigned key) { return key >= 2u ? __uint_as_float(key - 2u) : __int_as_float(0x7fc00000); }
 __global__ void __launch_bounds__(32 * RT_WARPS)
 k_router(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids, float *wout)
 {
@@ -115,17 +117,70 @@ k_router(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids,
     }
 }
 
-/* k_router with a row's probabilities in registers (n <= 32 VPL:
- * router_row_reg in cuda_rows.cuh, shared with the fused norm-router
- * kernel). */
+/* k_router with a row's probabilities in registers (n <= 32 VPL: lane l
+ * holds entries l, l + 32, ...): the same operations in the same order
+ * (entries past n take no part: -inf for the max, left out of the sum, key
+ * 0 for the selection, as the smem loop never visits them), but a round of
+ * the top-k is three compares, two reductions and a predicated move of
+ * the winner's lane, with no shared-memory stores and no warp barriers. */
 template <int VPL>
 __global__ void __launch_bounds__(32 * RT_WARPS)
 k_router_reg(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids, float *wout)
 {
     pdl_enter();
-    const int row = blockIdx.x * RT_WARPS + (threadIdx.x >> 5);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = blockIdx.x * RT_WARPS + warp;
     if (row >= rows) return;
-    router_row_reg<VPL>(logits + (size_t)row * n, n, k, ids + (size_t)row * k, wout + (size_t)row * k);
+    const float *lr = logits + (size_t)row * n;
+    float p[VPL];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < VPL; s++) {
+        const int i = lane + 32 * s;
+        p[s] = i < n ? lr[i] : -INFINITY;
+        if (i < n) mx = p[s] > mx ? p[s] : mx;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float om = __shfl_xor_sync(0xffffffffu, mx, o);
+        mx = om > mx ? om : mx;
+    }
+    double sum = 0.0;
+#pragma unroll
+    for (int s = 0; s < VPL; s++) {
+        if (lane + 32 * s < n) {
+            p[s] = expf(p[s] - mx);
+            sum += (double)p[s];
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float inv = (float)(1.0 / sum);
+    unsigned pk[VPL];
+#pragma unroll
+    for (int s = 0; s < VPL; s++) pk[s] = lane + 32 * s < n ? rt_key(__fmul_rn(p[s], inv)) : 0u;
+
+    float selv = 0.f;
+    int seli = 0;
+    for (int t = 0; t < k; t++) {
+        unsigned bk = 0u;
+        int bi = INT_MAX;
+#pragma unroll
+        for (int s = 0; s < VPL; s++)
+            if (pk[s] > bk) { bk = pk[s]; bi = lane + 32 * s; }   /* s ascends: the lower index on ties */
+        const unsigned km = __reduce_max_sync(0xffffffffu, bk);
+        bi = (int)__reduce_min_sync(0xffffffffu, bk == km ? (unsigned)bi : (unsigned)INT_MAX);
+        if (lane == t) { selv = rt_val(km); seli = bi; }
+#pragma unroll
+        for (int s = 0; s < VPL; s++)
+            if (lane + 32 * s == bi) pk[s] = 0u;
+    }
+    double ws = 0.0;
+    for (int t = 0; t < k; t++) ws += (double)__shfl_sync(0xffffffffu, selv, t);
+    float fs = (float)ws;
+    if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;
+    if (lane < k) {
+        ids[(size_t)row * k + lane] = seli;
+        wout[(size_t)row * k + lane] = selv / fs;
+    }
 }
 
 extern "C" int cuda_router_topk(cuda_ctx *c, const float *logits, int n, int k, int rows, int32_t *ids, float *w,
