@@ -34,6 +34,12 @@
  *              the one-row calls;
  *   combine    vs qwen3moe.c's sum (y_t = e_t * w_t, ((y0 + y1) + ...) +
  *              x): bytes equal;
+ *   combine_norm  cuda_moe_combine_rmsnorm_quant vs cuda_moe_combine then
+ *              cuda_rmsnorm_quant on the same inputs, for weights of each
+ *              Q8 activation format (Q8_0, Q8_1, Q8_K): x, y and xq bytes
+ *              equal; k from 1 to 17 (past the 8 expert loads a thread
+ *              issues at once), n from 736 to CUDA_RMSQ_MAXN, an all-zero
+ *              block, y == x in place;
  *   add        bytes equal, in place;
  *   argmax     vs sampler_sample with temp 0: vocab 151936 and 32768,
  *              ties, NaNs, NaN at 0, all -inf, the last index, all equal,
@@ -103,6 +109,17 @@ TEST(test_errors)
     CHECK(cuda_argmax(g_cu, ids, f, 0, 10, &e) == ERR_USAGE);
     err_clear(&e);
     CHECK(cuda_moe_combine(g_cu, f, f, f, 1, 0, 10, &e) == ERR_USAGE);
+    err_clear(&e);
+    CHECK(cuda_moe_combine_rmsnorm_quant(g_cu, QTYPE_Q8_0, f, f, f, 0, f, f, f, 256, 1e-6f, &e) == ERR_USAGE);
+    err_clear(&e);
+    CHECK(cuda_moe_combine_rmsnorm_quant(g_cu, QTYPE_Q8_0, f + 1, f, f, 8, f, f, f, 256, 1e-6f, &e) == ERR_USAGE);
+    err_clear(&e);   /* x not 16-byte aligned */
+    CHECK(cuda_moe_combine_rmsnorm_quant(g_cu, QTYPE_F32, f, f, f, 8, f, f, f, 256, 1e-6f, &e) == ERR_UNSUPPORTED);
+    err_clear(&e);
+    CHECK(cuda_moe_combine_rmsnorm_quant(g_cu, QTYPE_Q4_K, f, f, f, 8, f, f, f, 736, 1e-6f, &e) == ERR_UNSUPPORTED);
+    err_clear(&e);   /* 736 is no whole number of Q8_K blocks */
+    CHECK(cuda_moe_combine_rmsnorm_quant(g_cu, QTYPE_Q8_0, f, f, f, 8, f, f, f, CUDA_RMSQ_MAXN + 32, 1e-6f, &e) ==
+          ERR_UNSUPPORTED);
     err_clear(&e);
     CHECK(cuda_add(g_cu, f, f, f, 0, &e) == ERR_USAGE);
     err_clear(&e);
@@ -505,6 +522,70 @@ TEST(test_combine)
     check_combine(2, 1, 100);
 }
 
+/* The fused combine + norm + quantization against the two calls it
+ * replaces in the decode (cuda_moe_combine, then cuda_rmsnorm_quant), on
+ * the same inputs: x, y and xq byte for byte. The row's first 32 values
+ * combine to zeros (an all-zero block). alias: y = x (in place). */
+static void check_combine_norm(int wtype, int k, int n, int alias)
+{
+    const size_t ab = cuda_act_bytes(wtype, n), xb = sizeof(float) * (size_t)n;
+    float *x = xmalloc(xb), *w = xmalloc(xb), *eo = xmalloc(xb * (size_t)k), *wt = xmalloc(sizeof(float) * (size_t)k);
+    for (int i = 0; i < n; i++) { x[i] = frand() * 10.0f; w[i] = 0.5f + frand(); }
+    for (size_t i = 0; i < (size_t)k * n; i++) eo[i] = frand() * 3.0f;
+    for (int t = 0; t < k; t++) wt[t] = (frand() + 1.0f) * 0.2f;
+    for (int j = 0; j < 32; j++) {
+        x[j] = 0.f;
+        for (int t = 0; t < k; t++) eo[(size_t)t * n + j] = 0.f;
+    }
+    float *x1 = xmalloc(xb), *x2 = xmalloc(xb), *y1 = xmalloc(xb), *y2 = xmalloc(xb);
+    uint8_t *q1 = xmalloc(ab), *q2 = xmalloc(ab);
+    float *dx = dev_from(x, xb), *de = dev_from(eo, xb * (size_t)k), *dwt = dev_from(wt, sizeof(float) * (size_t)k);
+    float *dw = dev_from(w, xb), *dy = dev_alloc(xb);
+    void *dq = dev_alloc(ab);
+    float *ydst = alias ? dx : dy;
+    err e = {0};
+    /* the two calls */
+    dev_poison(dy, xb);
+    dev_poison(dq, ab);
+    CHECK_MSG(cuda_moe_combine(g_cu, dx, de, dwt, 1, k, n, &e) == 0, "%s", e.msg);
+    CHECK_MSG(cuda_rmsnorm_quant(g_cu, wtype, ydst, dq, dx, dw, n, 1e-6f, &e) == 0, "%s", e.msg);
+    download(x1, dx, xb);
+    download(y1, ydst, xb);
+    download(q1, dq, ab);
+    /* the fused launch on the same inputs */
+    CHECK(cuda_upload(g_cu, dx, x, xb, &e) == 0);
+    dev_poison(dy, xb);
+    dev_poison(dq, ab);
+    CHECK_MSG(cuda_moe_combine_rmsnorm_quant(g_cu, wtype, dx, de, dwt, k, ydst, dq, dw, n, 1e-6f, &e) == 0, "%s",
+              e.msg);
+    download(x2, dx, xb);
+    download(y2, ydst, xb);
+    download(q2, dq, ab);
+    const long long dx_ = first_diff(x1, x2, xb), dy_ = first_diff(y1, y2, xb), dq_ = first_diff(q1, q2, ab);
+    CHECK_MSG(dx_ < 0 && dy_ < 0 && dq_ < 0, "combine_rmsnorm_quant %s k=%d n=%d%s: first difference in x at float "
+              "%lld, y at float %lld, xq at byte %lld", qtype_name(wtype), k, n, alias ? " (y = x)" : "", dx_ / 4,
+              dy_ / 4, dq_);
+    printf("  moe_combine_rmsnorm_quant %s k=%d n=%d%s: x, y, xq %s\n", qtype_name(wtype), k, n,
+           alias ? " (y = x)" : "", dx_ < 0 && dy_ < 0 && dq_ < 0 ? "bit-identical" : "DIFFER");
+    cuda_free(g_cu, dx); cuda_free(g_cu, de); cuda_free(g_cu, dwt); cuda_free(g_cu, dw); cuda_free(g_cu, dy);
+    cuda_free(g_cu, dq);
+    free(x); free(w); free(eo); free(wt); free(x1); free(x2); free(y1); free(y2); free(q1); free(q2);
+}
+
+TEST(test_combine_norm)
+{
+    /* weights whose activations are Q8_0, Q8_1, Q8_K blocks */
+    static const int qt[] = { QTYPE_Q8_0, QTYPE_Q4_1, QTYPE_Q4_K };
+    static const int shapes[][2] = { {8, 2048}, {1, 4096}, {9, 1024}, {17, 736}, {3, CUDA_RMSQ_MAXN} };
+    for (size_t t = 0; t < sizeof qt / sizeof qt[0]; t++) {
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            if (!cuda_act_bytes(qt[t], shapes[i][1])) continue;   /* Q8_K: n % 256 */
+            check_combine_norm(qt[t], shapes[i][0], shapes[i][1], 0);
+        }
+        check_combine_norm(qt[t], 8, 2048, 1);
+    }
+}
+
 TEST(test_add)
 {
     const int64_t n = 3 * 2048 + 5;
@@ -628,6 +709,24 @@ static int run_get_rows(void *p)
 typedef struct rope_bench { float *x; int32_t *pos; } rope_bench;
 static int run_rope(void *p) { rope_bench *a = p; return cuda_rope_neox(g_cu, a->x, 1, 32, 128, 128, a->pos, 1e6f, 1.0f, NULL); }
 static int run_combine(void *p) { float **a = p; return cuda_moe_combine(g_cu, a[0], a[1], a[2], 1, 8, 2048, NULL); }
+/* a decode layer's end and the next one's start: a[0] x, a[1] eout, a[2]
+ * weights and norm, a[3] y, a[4] xq (Q8_0 weights, n 2048, k 8) */
+static int run_combine_then_norm(void *p)
+{
+    float **a = p;
+    const int rc = cuda_moe_combine(g_cu, a[0], a[1], a[2], 1, 8, 2048, NULL);
+    return rc ? rc : cuda_rmsnorm_quant(g_cu, QTYPE_Q8_0, a[3], a[4], a[0], a[2], 2048, 1e-6f, NULL);
+}
+static int run_norm_quant(void *p)
+{
+    float **a = p;
+    return cuda_rmsnorm_quant(g_cu, QTYPE_Q8_0, a[3], a[4], a[0], a[2], 2048, 1e-6f, NULL);
+}
+static int run_combine_norm(void *p)
+{
+    float **a = p;
+    return cuda_moe_combine_rmsnorm_quant(g_cu, QTYPE_Q8_0, a[0], a[1], a[2], 8, a[3], a[4], a[2], 2048, 1e-6f, NULL);
+}
 
 static void bench(void)
 {
@@ -699,6 +798,18 @@ static void bench(void)
     printf("bench: rope 32 heads: %.2f us\n", time_ms(run_rope, &rp, 100) * 1e3);
     float *cb[3] = { a.out, a.k, a.v };
     printf("bench: moe_combine k=8 n=2048: %.2f us\n", time_ms(run_combine, cb, 100) * 1e3);
+    /* as the decode graph chains them (each a programmatic dependent of
+     * the one before): combine then rmsnorm_quant, against the fused launch */
+    {
+        float *y = dev_alloc(sizeof(float) * 2048), *xq = dev_alloc(4096);
+        cuda_memset(g_cu, a.k, 0, 4 * 8 * 2048, &e);   /* finite inputs (0x11 bytes are tiny floats too) */
+        float *cn[5] = { a.out, a.k, a.v, y, xq };
+        const float two = graph_us(run_combine_then_norm, cn, 20, 10), one = graph_us(run_combine_norm, cn, 20, 10);
+        const float c1 = graph_us(run_combine, cn, 20, 10), n1 = graph_us(run_norm_quant, cn, 20, 10);
+        printf("bench: graphs of 20 dependent calls, k=8 n=2048 Q8_0: moe_combine %.2f us, rmsnorm_quant %.2f us, "
+               "the two %.2f us a pair, moe_combine_rmsnorm_quant %.2f us\n", c1, n1, two, one);
+        cuda_free(g_cu, y); cuda_free(g_cu, xq);
+    }
     if (cuda_sync(g_cu, &e)) fprintf(stderr, "bench: %s\n", e.msg);
     cuda_free(g_cu, a.q); cuda_free(g_cu, a.out); cuda_free(g_cu, a.k); cuda_free(g_cu, a.v);
     cuda_free(g_cu, a.pos); cuda_free(g_cu, ids);
@@ -735,6 +846,7 @@ int main(int argc, char **argv)
     RUN(test_qk_fused);
     RUN(test_attention);
     RUN(test_combine);
+    RUN(test_combine_norm);
     RUN(test_add);
     RUN(test_argmax);
     if (cuda_sync(g_cu, &e)) { fprintf(stderr, "cuda_layer: %s\n", e.msg); test_g.failed++; }

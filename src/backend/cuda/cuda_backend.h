@@ -170,6 +170,19 @@ int  cuda_act_quant(cuda_ctx *c, int wtype, const float *x_dev, void *xq_dev, in
 #define CUDA_RMSQ_MAXN 8192
 int  cuda_rmsnorm_quant(cuda_ctx *c, int wtype, float *y_dev, void *xq_dev, const float *x_dev, const float *w_dev,
                         int n, float eps, err *e);
+/* cuda_moe_combine_rmsnorm_quant: cuda_moe_combine of one row (rows 1:
+ * x += the weighted sum of the k rows of n floats at eout, weights[0..k))
+ * then cuda_rmsnorm_quant of the new x (norm weights w) into y and xq, in
+ * one launch -- a decode layer's last step and the next norm (the next
+ * layer's attention input, or the output norm before the head) -- bit for
+ * bit the two calls: x, y and xq. y may alias x (x then ends as the normed
+ * row, as the two calls leave it); eout and weights must not overlap x, y
+ * or xq. Types and n as cuda_rmsnorm_quant (else ERR_UNSUPPORTED); k < 1
+ * or n < 1, or x or eout not 16-byte aligned (cuda_alloc's are): ERR_USAGE.
+ * Enqueued. */
+int  cuda_moe_combine_rmsnorm_quant(cuda_ctx *c, int wtype, float *x_dev, const float *eout_dev,
+                                    const float *weights_dev, int k, float *y_dev, void *xq_dev, const float *w_dev,
+                                    int n, float eps, err *e);
 int  cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g_dev, const float *u_dev, void *xq_dev, int64_t n,
                            int rows, err *e);
 
@@ -330,7 +343,8 @@ int  cuda_router_topk(cuda_ctx *c, const float *logits_dev, int n_expert, int k,
  *   eout[(r*k+t)][0..n) (eout rows back to back, n floats each) -- the
  *   weighted sum first, then added to the residual, as qwen3moe.c does;
  *   bit-identical given the same inputs (plain float ops, no FMA
- *   contraction).
+ *   contraction). One row followed by an RMSNorm in one launch:
+ *   cuda_moe_combine_rmsnorm_quant (above).
  * cuda_add: y[i] = a[i] + b[i] for i < n (y may alias a or b).
  * cuda_argmax: out_dev[r] = the CPU greedy sampler's pick for row r's n
  *   floats (rows back to back): the lowest index of the largest value,

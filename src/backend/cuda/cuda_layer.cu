@@ -966,7 +966,9 @@ extern "C" int cuda_attention_rows(cuda_ctx *c, float *out, const float *q, int 
     return attn_run(c, out, q, n_q, 1, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos, scale, e);
 }
 
-/* ==== MoE combine: x += ((w0*e0 + w1*e1) + ...), qwen3moe.c's order ==== */
+/* ==== MoE combine: x += ((w0*e0 + w1*e1) + ...), qwen3moe.c's order ====
+ * (cuda_moe_combine_rmsnorm_quant, in cuda_matvec.cu, is this kernel's
+ * arithmetic (moe_term) fused with the next norm, for one decode row.) */
 __global__ void k_moe_combine(float *x, const float *__restrict__ eout, const float *__restrict__ wts, int k,
                               int64_t n, int64_t total)
 {
@@ -976,8 +978,8 @@ __global__ void k_moe_combine(float *x, const float *__restrict__ eout, const fl
     const int64_t r = i / n, c = i - r * n;
     const float *er = eout + (size_t)r * k * n + c;
     const float *wr = wts + (size_t)r * k;
-    float acc = __fmul_rn(er[0], wr[0]);
-    for (int t = 1; t < k; t++) acc = __fadd_rn(acc, __fmul_rn(er[(size_t)t * n], wr[t]));
+    float acc = moe_term(0.f, er[0], wr[0], 0);
+    for (int t = 1; t < k; t++) acc = moe_term(acc, er[(size_t)t * n], wr[t], t);
     x[i] = __fadd_rn(acc, x[i]);
 }
 

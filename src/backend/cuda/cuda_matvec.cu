@@ -191,20 +191,21 @@ __global__ void k_quant_q8_0(const float *__restrict__ x, const float *__restric
 }
 
 /* RMSNorm of one row (rms_row, cuda_rmsnorm's numerics) and its
- * quantization to the dot type DT (0 Q8_0, 1 Q8_1, 2 Q8_K) in one CTA of
- * RMS_THREADS: the normed row goes to shared memory (n <= CUDA_RMSQ_MAXN), then
- * to y (global) while the warps quantize it from shared memory (the blocks'
- * loads are shared-memory latency, not a global round trip each): Q8_K
- * blocks w, w + 8, ... a warp; Q8_0 / Q8_1 blocks four a warp at once
+ * quantization to the dot type DT (0 Q8_0, 1 Q8_1, 2 Q8_K) by one CTA of
+ * RMS_THREADS (all of them call it): the normed row goes to shared memory
+ * sy (n <= CUDA_RMSQ_MAXN floats, 16-byte aligned), then to y (global)
+ * while the warps quantize it from shared memory (the blocks' loads are
+ * shared-memory latency, not a global round trip each): Q8_K blocks w,
+ * w + 8, ... a warp; Q8_0 / Q8_1 blocks four a warp at once
  * (quant_q8_0_oct), so the rounds a warp runs one after the other, the
- * kernel's critical path, are a quarter as many. */
+ * kernel's critical path, are a quarter as many. x may be sy itself (a
+ * row the caller staged there; rms_row allows y == x) or global memory,
+ * and y may alias x. `part`: RMS_THREADS / 32 doubles of shared memory.
+ * The body of k_rmsnorm_quant and k_combine_rmsnorm_quant. */
 template <int DT>
-__global__ void __launch_bounds__(RMS_THREADS)
-k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__ w, int n, float eps)
+__device__ __forceinline__ void rmsnorm_quant_row(float *y, uint8_t *xq, const float *x, const float *__restrict__ w,
+                                                  int n, float eps, double *part, float *sy)
 {
-    pdl_enter();
-    __shared__ double part[RMS_THREADS / 32];
-    __shared__ __align__(16) float sy[CUDA_RMSQ_MAXN];   /* 16: quant_q8_0_oct reads float4 */
     rms_row(sy, x, w, n, eps, part);
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += RMS_THREADS) y[i] = sy[i];
@@ -218,6 +219,67 @@ k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__
             quant_q8_0_oct<DT>(sy, xq, b < nb ? b : nb - 1, b < nb);
         }
     }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(RMS_THREADS)
+k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__ w, int n, float eps)
+{
+    pdl_enter();
+    __shared__ double part[RMS_THREADS / 32];
+    __shared__ __align__(16) float sy[CUDA_RMSQ_MAXN];   /* 16: quant_q8_0_oct reads float4 */
+    rmsnorm_quant_row<DT>(y, xq, x, w, n, eps, part, sy);
+}
+
+/* The MoE combine of one decode row followed by the next RMSNorm and its
+ * quantization, one CTA of RMS_THREADS: x[i] = __fadd_rn(acc_i, x[i]),
+ * acc_i = the moe_term sum over t = 0..k-1 of eout[t * n + i] * wts[t]
+ * (k_moe_combine's operations in its order: x bit for bit), stored to x
+ * and staged in sy; then rmsnorm_quant_row on sy (k_rmsnorm_quant's body:
+ * y and xq bit for bit, since sy holds exactly the x it would read).
+ * One CTA reads the k x n outputs (64 KB for k = 8, n = 2048, in L2: the
+ * down matvec just wrote them), so the loads are float4s and a thread
+ * issues CMB_T experts' loads before it sums any: they are in flight
+ * together, not one L2 round trip an expert. The elements of a float4 are
+ * summed separately, each in k_moe_combine's order. n a multiple of 4; x
+ * and eout 16-byte aligned (the host checks both). */
+#define CMB_T 8
+template <int DT>
+__global__ void __launch_bounds__(RMS_THREADS)
+k_combine_rmsnorm_quant(float *x, const float *__restrict__ eout, const float *__restrict__ wts, int k, float *y,
+                        uint8_t *xq, const float *__restrict__ w, int n, float eps)
+{
+    pdl_enter();
+    __shared__ double part[RMS_THREADS / 32];
+    __shared__ __align__(16) float sy[CUDA_RMSQ_MAXN];
+    const int n4 = n >> 2;
+    for (int g = threadIdx.x; g < n4; g += RMS_THREADS) {
+        const float4 xv = ((const float4 *)x)[g];
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int t0 = 0; t0 < k; t0 += CMB_T) {
+            float4 ev[CMB_T];
+#pragma unroll
+            for (int u = 0; u < CMB_T; u++)
+                if (t0 + u < k) ev[u] = ((const float4 *)(eout + (size_t)(t0 + u) * n))[g];
+#pragma unroll
+            for (int u = 0; u < CMB_T; u++) {
+                const int t = t0 + u;
+                if (t < k) {
+                    const float wt = wts[t];
+                    acc.x = moe_term(acc.x, ev[u].x, wt, t);
+                    acc.y = moe_term(acc.y, ev[u].y, wt, t);
+                    acc.z = moe_term(acc.z, ev[u].z, wt, t);
+                    acc.w = moe_term(acc.w, ev[u].w, wt, t);
+                }
+            }
+        }
+        const float4 o = make_float4(__fadd_rn(acc.x, xv.x), __fadd_rn(acc.y, xv.y), __fadd_rn(acc.z, xv.z),
+                                     __fadd_rn(acc.w, xv.w));
+        ((float4 *)x)[g] = o;
+        ((float4 *)sy)[g] = o;
+    }
+    __syncthreads();   /* rms_row reads sy in another thread-to-element order */
+    rmsnorm_quant_row<DT>(y, xq, sy, w, n, eps, part, sy);
 }
 
 /* f16 / bf16 activations (F16 / BF16 weights): one value a thread,
@@ -301,6 +363,26 @@ extern "C" int cuda_rmsnorm_quant(cuda_ctx *c, int wtype, float *y, void *xq, co
     const int dot = qtype_get(wtype)->dot_type;
     return cuda_launch(c, dot == QTYPE_Q8_K ? k_rmsnorm_quant<2> : dot == QTYPE_Q8_1 ? k_rmsnorm_quant<1> : k_rmsnorm_quant<0>,
                        1, RMS_THREADS, 0, e, "rmsnorm quant", y, (uint8_t *)xq, x, w, n, eps);
+}
+
+extern "C" int cuda_moe_combine_rmsnorm_quant(cuda_ctx *c, int wtype, float *x, const float *eout, const float *wts,
+                                              int k, float *y, void *xq, const float *w, int n, float eps, err *e)
+{
+    if (k <= 0 || n <= 0)
+        return err_setf(e, ERR_USAGE, "cuda_moe_combine_rmsnorm_quant: k=%d n=%d", k, n);
+    if (!cuda_act_bytes(wtype, n) || wtype == QTYPE_F32 || wtype == QTYPE_F16 || wtype == QTYPE_BF16 ||
+        n > CUDA_RMSQ_MAXN)
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_moe_combine_rmsnorm_quant: weight type %s with n=%d (n <= %d)",
+                        qtype_name(wtype), n, CUDA_RMSQ_MAXN);
+    /* n is a whole number of Q8 blocks (32 or 256 values), so a multiple of 4 */
+    if (((uintptr_t)x | (uintptr_t)eout) & 15)
+        return err_setf(e, ERR_USAGE, "cuda_moe_combine_rmsnorm_quant: x and eout need 16-byte alignment");
+    const int dot = qtype_get(wtype)->dot_type;
+    return cuda_launch(c,
+                       dot == QTYPE_Q8_K   ? k_combine_rmsnorm_quant<2>
+                       : dot == QTYPE_Q8_1 ? k_combine_rmsnorm_quant<1>
+                                           : k_combine_rmsnorm_quant<0>,
+                       1, RMS_THREADS, 0, e, "moe combine rmsnorm quant", x, eout, wts, k, y, (uint8_t *)xq, w, n, eps);
 }
 
 extern "C" int cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g, const float *u, void *xq, int64_t n,

@@ -22,8 +22,11 @@
  *            step[1]), that a graph-replayed greedy step reads instead.
  *
  * Activation rows: each matvec input is quantized by cuda_act_quant to the
- * weight's dot type into the one buffer xq, right before its matvec; the
- * stream runs in call order, so reusing xq for the next tensor is safe.
+ * weight's dot type into the one buffer xq, right before its matvec (or in
+ * the launch of the op that makes it: the norm's, cuda_rmsnorm_quant, or
+ * for a layer's attention input and the head's the previous combine's,
+ * cuda_moe_combine_rmsnorm_quant); the stream runs in call order, so
+ * reusing xq for the next tensor is safe.
  * An F32 weight's dot type is F32: its input is the float row itself, as on
  * the CPU (no copy).
  *
@@ -967,6 +970,15 @@ static int same_dot(const dmat *a, const dmat *b)
     return qtype_get(a->type)->dot_type == qtype_get(b->type)->dot_type;
 }
 
+/* layer_attn's input is one launch's work: the attention norm and one
+ * quantization for q, k and v (cuda_rmsnorm_quant for wq's type). Then
+ * the previous layer's combine can run it in its own launch
+ * (cuda_moe_combine_rmsnorm_quant; row() decides, layer_attn skips it). */
+static int attn_norm_q8(const dlayer *dl)
+{
+    return same_dot(&dl->wq, &dl->wk) && same_dot(&dl->wq, &dl->wv) && q8_dot(&dl->wq);
+}
+
 /* The k routed experts of stack w (ids m->sel) on input rows xq (x_stride
  * 0: shared), outputs at y + b * y_stride. */
 static int mv_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_stride, float *y, size_t y_stride,
@@ -981,8 +993,10 @@ static int mv_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_str
 }
 
 /* Attention half of layer l for the row in m->x at position *pos (device):
- * writes its K/V to the cache; when `full`, also x = Wo . attn + x. */
-static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, err *e)
+ * writes its K/V to the cache; when `full`, also x = Wo . attn + x.
+ * `normed`: m->xn and m->xq already hold x's attention norm, quantized for
+ * wq (the previous layer's combine ran it: only when attn_norm_q8). */
+static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, int normed, err *e)
 {
     const hparams *hp = &m->hp;
     const dlayer *dl = &m->layers[l];
@@ -991,8 +1005,9 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, err *e
 
     if (same_dot(&dl->wq, &dl->wk) && same_dot(&dl->wq, &dl->wv)) {   /* one quantization for the three */
         const void *xq;
-        if (q8_dot(&dl->wq)) {   /* the norm and the quantization in one launch */
-            TRY(cuda_rmsnorm_quant(cu, dl->wq.type, m->xn, m->xq, m->x, dl->attn_norm, E, hp->rms_eps, e));
+        if (q8_dot(&dl->wq)) {   /* the norm and the quantization in one launch (attn_norm_q8) */
+            if (!normed)
+                TRY(cuda_rmsnorm_quant(cu, dl->wq.type, m->xn, m->xq, m->x, dl->attn_norm, E, hp->rms_eps, e));
             xq = m->xq;
         } else {
             TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->attn_norm, E, 1, hp->rms_eps, e));
@@ -1032,8 +1047,12 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, err *e
 }
 
 /* MoE half of layer l: x = x + sum_t w_t down_t(silu(gate_t xn) * up_t xn),
- * xn = rms(x) * ffn_norm, the k experts and weights from the router. */
-static int layer_moe(cuda_model *m, int l, err *e)
+ * xn = rms(x) * ffn_norm, the k experts and weights from the router.
+ * next_norm (NULL: none): the norm that follows, run in the combine's
+ * launch (one dependent kernel fewer on the token's path): xn = rms(x) *
+ * next_norm and xq = xn quantized for next_w's type (a Q8 dot type,
+ * q8_dot), bit for bit what cuda_rmsnorm_quant after the combine gives. */
+static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *next_w, err *e)
 {
     const hparams *hp = &m->hp;
     const dlayer *dl = &m->layers[l];
@@ -1088,8 +1107,13 @@ static int layer_moe(cuda_model *m, int l, err *e)
     }
     const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
     TRY(mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, e));
-    TRY(cuda_moe_combine(cu, m->x, m->eout, m->selw, 1, K, E, e));
-    if (m->pf_n) arena_prefetch_host(m, l);
+    /* everything of this layer that reads m->xn or m->xq is enqueued
+     * above, so the next norm may overwrite them here */
+    if (next_norm)
+        TRY(cuda_moe_combine_rmsnorm_quant(cu, next_w->type, m->x, m->eout, m->selw, K, m->xn, m->xq, next_norm, E,
+                                           hp->rms_eps, e));
+    else TRY(cuda_moe_combine(cu, m->x, m->eout, m->selw, 1, K, E, e));
+    if (m->pf_n) arena_prefetch_host(m, l);   /* host side: copies expert weights, never xn / xq */
     return 0;
 }
 
@@ -1342,25 +1366,43 @@ static int chunk_rows(cuda_model *m, const int32_t *tok, int p0, int nr, int hea
 /* One row: the token at *tok, position *pos (device pointers). `record` copies the residual
  * after each layer to m->layer_out (and runs the last layer completely);
  * `head` writes the logits to m->logits. Without either, the last layer
- * stops after its K/V store: nothing else of it feeds the cache. */
+ * stops after its K/V store: nothing else of it feeds the cache.
+ * Each layer's combine also runs the norm that follows it when that norm
+ * is a cuda_rmsnorm_quant (the next layer's attention norm, attn_norm_q8;
+ * the output norm when the head's input is Q8 blocks): `normed` carries
+ * that to the next step, which then starts at its matvec. The graphs
+ * capture this same sequence. */
 static int row(cuda_model *m, const int32_t *tok, const int32_t *pos, int record, int head, err *e)
 {
     const hparams *hp = &m->hp;
     const int E = hp->n_embd, L = hp->n_layer;
     TRY(cuda_get_rows(m->cu, m->tok_embd.type, m->tok_embd.d, m->tok_embd.row_bytes, m->tok_embd.rows, E, tok, 1,
                       m->x, NULL, e));
+    int normed = 0;   /* m->xn / m->xq hold the norm of m->x that comes next */
     for (int l = 0; l < L; l++) {
         const int full = l < L - 1 || record || head;
-        TRY(layer_attn(m, l, pos, full, e));
+        TRY(layer_attn(m, l, pos, full, normed, e));
         if (!full) break;
-        TRY(layer_moe(m, l, e));
-        if (record) {
+        const float *nn = NULL;
+        const dmat *nw = NULL;
+        if (l + 1 < L && attn_norm_q8(&m->layers[l + 1])) {
+            nn = m->layers[l + 1].attn_norm;
+            nw = &m->layers[l + 1].wq;
+        } else if (l + 1 == L && head && q8_dot(&m->output)) {
+            nn = m->output_norm;
+            nw = &m->output;
+        }
+        TRY(layer_moe(m, l, nn, nw, e));
+        normed = nn != NULL;
+        if (record) {   /* x is the combine's output either way */
             const size_t K = (size_t)hp->n_expert_used;
             TRY(cuda_copy_d2d(m->cu, m->layer_out + (size_t)l * E, m->x, sizeof(float) * (size_t)E, e));
             TRY(cuda_copy_d2d(m->cu, m->layer_sel + (size_t)l * K, m->sel, sizeof(int32_t) * K, e));
         }
     }
     if (!head) return 0;
+    /* the output norm: in the last combine's launch, or here */
+    if (normed) return mvq(m, &m->output, m->xq, m->logits, e);
     TRY(cuda_rmsnorm(m->cu, m->xn, m->x, m->output_norm, E, 1, hp->rms_eps, e));
     return mv(m, &m->output, m->xn, m->logits, e);
 }

@@ -107,7 +107,7 @@ int  cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int3
 
 /* Execution of eval and greedy rows: on (the default), each row is one
  * replay of a CUDA graph captured at its first use (the token and position
- * live in device slots); off, each row enqueues its ~17 kernels a layer
+ * live in device slots); off, each row enqueues its ~12 kernels a layer
  * one by one (the reference path). Both give the same results, bit for
  * bit. */
 void cuda_model_set_graph(cuda_model *m, int on);

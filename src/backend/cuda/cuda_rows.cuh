@@ -1,8 +1,9 @@
 /* cuda_rows.cuh: device functions of one float row, shared by the
  * stand-alone kernels (k_rmsnorm, k_rope, k_swiglu, the activation
- * quantizers) and the fused ones built from them, so a fused kernel gives
- * the stand-alone sequence's results bit for bit (the same operations in
- * the same order; cuda_backend.h states each against the CPU). */
+ * quantizers, k_moe_combine) and the fused ones built from them, so a
+ * fused kernel gives the stand-alone sequence's results bit for bit (the
+ * same operations in the same order; cuda_backend.h states each against
+ * the CPU). */
 #ifndef STRATA_CUDA_ROWS_CUH
 #define STRATA_CUDA_ROWS_CUH
 
@@ -33,6 +34,17 @@ __device__ __forceinline__ void rms_row(float *y, const float *x, const float *_
     const float mean = (float)(t / n);
     const float scale = 1.0f / sqrtf(mean + eps);
     for (int i = threadIdx.x; i < n; i += RMS_THREADS) y[i] = __fmul_rn(__fmul_rn(x[i], scale), w[i]);
+}
+
+/* One term of the MoE combine (cuda_moe_combine's order, qwen3moe.c's):
+ * acc after expert t of k, given acc after t - 1: the rounded product
+ * e * w, added to acc from t = 1 on (t = 0 starts the sum: no 0 + p, which
+ * would turn a -0 product into +0). The combine is then x + acc, rounded:
+ * __fadd_rn(acc, x). No FMA contraction anywhere. */
+__device__ __forceinline__ float moe_term(float acc, float e, float w, int t)
+{
+    const float p = __fmul_rn(e, w);
+    return t ? __fadd_rn(acc, p) : p;
 }
 
 /* NeoX RoPE tables of one position, by a CTA of `nthr` threads: cs[i],
