@@ -55,6 +55,33 @@ extern "C" int cuda_swiglu(cuda_ctx *c, float *h, const float *g, const float *u
 
 __device__ __forceinline__ unsigned rt_key(float p) { return p >= 0.f ? __float_as_uint(p) + 2u : p != p ? 1u : 0u; }
 __device__ __forceinline__ float rt_val(unsigned key) { return key >= 2u ? __uint_as_float(key - 2u) : __int_as_float(0x7fc00000); }
+
+/* Round t of the top-k, across the warp: the largest of the lanes' best
+ * keys bk (at index bi), then the lowest index among the lanes holding it
+ * (k <= n: some entry is still unchosen, key >= 1, so the index is < n);
+ * lane t keeps its value and index. Returns the index chosen. */
+__device__ __forceinline__ int rt_round(unsigned bk, int bi, int t, float *selv, int *seli)
+{
+    const unsigned km = __reduce_max_sync(0xffffffffu, bk);
+    bi = (int)__reduce_min_sync(0xffffffffu, bk == km ? (unsigned)bi : (unsigned)INT_MAX);
+    if ((int)(threadIdx.x & 31) == t) { *selv = rt_val(km); *seli = bi; }
+    return bi;
+}
+
+/* The k chosen (lane t < k holds the t-th): weights renormalised by their
+ * sum in selection order in double (route()), stored with the ids. */
+__device__ __forceinline__ void rt_store(float selv, int seli, int k, int32_t *ids, float *wout)
+{
+    double ws = 0.0;
+    for (int t = 0; t < k; t++) ws += (double)__shfl_sync(0xffffffffu, selv, t);
+    float fs = (float)ws;
+    if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;
+    const int lane = threadIdx.x & 31;
+    if (lane < k) {
+        ids[lane] = seli;
+        wout[lane] = selv / fs;
+    }
+}
 __global__ void __launch_bounds__(32 * RT_WARPS)
 k_router(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids, float *wout)
 {
@@ -96,25 +123,12 @@ k_router(const float *__restrict__ logits, int n, int k, int rows, int32_t *ids,
             const unsigned v = pk[i];
             if (v > bk) { bk = v; bi = i; }   /* i ascends: strict > keeps the lower index */
         }
-        /* the warp's best in two reductions: the largest key, then the
-         * lowest index among the lanes holding it (k <= n: some entry is
-         * still unchosen, key >= 1, so bi < n) */
-        const unsigned km = __reduce_max_sync(0xffffffffu, bk);
-        bi = (int)__reduce_min_sync(0xffffffffu, bk == km ? (unsigned)bi : (unsigned)INT_MAX);
-        if (lane == t) { selv = rt_val(km); seli = bi; }
+        bi = rt_round(bk, bi, t, &selv, &seli);
         __syncwarp();
         if (lane == 0) pk[bi] = 0u;
         __syncwarp();
     }
-    /* weights: sum in selection order in double, as route() */
-    double ws = 0.0;
-    for (int t = 0; t < k; t++) ws += (double)__shfl_sync(0xffffffffu, selv, t);
-    float fs = (float)ws;
-    if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;
-    if (lane < k) {
-        ids[(size_t)row * k + lane] = seli;
-        wout[(size_t)row * k + lane] = selv / fs;
-    }
+    rt_store(selv, seli, k, ids + (size_t)row * k, wout + (size_t)row * k);
 }
 
 /* k_router with a row's probabilities in registers (n <= 32 VPL: lane l
@@ -166,21 +180,12 @@ k_router_reg(const float *__restrict__ logits, int n, int k, int rows, int32_t *
 #pragma unroll
         for (int s = 0; s < VPL; s++)
             if (pk[s] > bk) { bk = pk[s]; bi = lane + 32 * s; }   /* s ascends: the lower index on ties */
-        const unsigned km = __reduce_max_sync(0xffffffffu, bk);
-        bi = (int)__reduce_min_sync(0xffffffffu, bk == km ? (unsigned)bi : (unsigned)INT_MAX);
-        if (lane == t) { selv = rt_val(km); seli = bi; }
+        bi = rt_round(bk, bi, t, &selv, &seli);
 #pragma unroll
         for (int s = 0; s < VPL; s++)
             if (lane + 32 * s == bi) pk[s] = 0u;
     }
-    double ws = 0.0;
-    for (int t = 0; t < k; t++) ws += (double)__shfl_sync(0xffffffffu, selv, t);
-    float fs = (float)ws;
-    if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;
-    if (lane < k) {
-        ids[(size_t)row * k + lane] = seli;
-        wout[(size_t)row * k + lane] = selv / fs;
-    }
+    rt_store(selv, seli, k, ids + (size_t)row * k, wout + (size_t)row * k);
 }
 
 extern "C" int cuda_router_topk(cuda_ctx *c, const float *logits, int n, int k, int rows, int32_t *ids, float *w,
