@@ -1,0 +1,27 @@
+#!/bin/sh
+# Pack build/prebuilt for bench/cuda/device_ab.sh: the candidate tree's
+# three CUDA test binaries, and test_cuda_model of each named tree, linked
+# static (bench/cuda/link_static.sh) and xz-compressed. Each tree must be
+# built already (make BUILD=build/cu cuda; other revisions: git worktree add
+# /tmp/x REV && make -C /tmp/x BUILD=build/cu cuda).
+# Usage: sh bench/cuda/pack.sh CANDIDATE_TREE [NAME=TREE ...]
+#   then write build/prebuilt/pairs ("OLD NEW ROUNDS" lines) and, if
+#   wanted, build/prebuilt/steps ("bench memcheck").
+# Example: sh bench/cuda/pack.sh . base=/tmp/base new=.
+#          echo "base new 3" > build/prebuilt/pairs
+set -e
+C=${1:?usage: pack.sh CANDIDATE_TREE [NAME=TREE ...]}
+shift
+P=build/prebuilt
+rm -rf "$P/bin" "$P/ab"
+mkdir -p "$P/bin" "$P/ab"
+T=$(mktemp -d)
+sh bench/cuda/link_static.sh "$C" "$T/cand" >/dev/null
+for t in test_cuda test_cuda_layer test_cuda_model; do xz -T2 -6 -c "$T/cand/$t" >"$P/bin/$t.xz"; done
+for nt in "$@"; do
+    n=${nt%%=*} t=${nt#*=}
+    sh bench/cuda/link_static.sh "$t" "$T/$n" >/dev/null
+    xz -T2 -6 -c "$T/$n/test_cuda_model" >"$P/ab/$n.xz"
+done
+rm -rf "$T"
+du -sh "$P"
