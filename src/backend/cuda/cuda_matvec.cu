@@ -99,6 +99,24 @@ __global__ void k_quant_q8_K(const float *__restrict__ x, const float *__restric
     if (gb < nblocks) quant_q8_K_warp<SWI>(x, u, out, gb);
 }
 
+/* One value of a Q8_0 / Q8_1 block: round-half-even of v * id, a
+ * non-finite product INT_MIN; unsaturated (Q8_1's sum takes it so). */
+__device__ __forceinline__ int q8_conv(float v, float id)
+{
+    const float t = __fmul_rn(v, id);
+    return isfinite(t) ? __float2int_rn(t) : INT_MIN;
+}
+__device__ __forceinline__ int q8_sat(int q) { return q < -128 ? -128 : q > 127 ? 127 : q; }
+
+/* A block's header at ob: d = half(amax / 127); Q81 also s = half(d * sum). */
+template <int Q81>
+__device__ __forceinline__ void q8_head(uint8_t *ob, float am, uint32_t sum)
+{
+    const float d = am / 127.f;
+    qd_st16(ob, __half_as_ushort(__float2half_rn(d)));
+    if (Q81) qd_st16(ob + 2, __half_as_ushort(__float2half_rn(__fmul_rn(d, (float)(int32_t)sum))));
+}
+
 /* One warp per 32-value block, lane = element: quant_ref_act_quant_q8_0
  * bit for bit: amax; id = amax ? 127/amax : 0; d = half(amax/127) (RNE);
  * q = saturate(round-half-even(x*id)), a non-finite product -> INT_MIN ->
@@ -114,26 +132,15 @@ __device__ __forceinline__ void quant_q8_0_warp(const float *x, const float *u, 
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
     const float id = am != 0.f ? 127.f / am : 0.f;
-    const float t = __fmul_rn(v, id);
-    int q = isfinite(t) ? __float2int_rn(t) : INT_MIN;
+    const int q = q8_conv(v, id);
+    uint32_t sum = (uint32_t)q;
     if (Q81) {
-        uint32_t sum = (uint32_t)q;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        q = q < -128 ? -128 : q > 127 ? 127 : q;
-        uint8_t *ob = out + gb * QD_Q81_BYTES;
-        ob[4 + lane] = (uint8_t)(int8_t)q;
-        if (lane == 0) {
-            const float d = am / 127.f;
-            qd_st16(ob, __half_as_ushort(__float2half_rn(d)));
-            qd_st16(ob + 2, __half_as_ushort(__float2half_rn(__fmul_rn(d, (float)(int32_t)sum))));
-        }
-        return;
     }
-    q = q < -128 ? -128 : q > 127 ? 127 : q;
-    uint8_t *ob = out + gb * CQ8_0_BYTES;
-    ob[2 + lane] = (uint8_t)(int8_t)q;
-    if (lane == 0) qd_st16(ob, __half_as_ushort(__float2half_rn(am / 127.f)));
+    uint8_t *ob = out + gb * (Q81 ? QD_Q81_BYTES : CQ8_0_BYTES);
+    ob[(Q81 ? 4 : 2) + lane] = (uint8_t)(int8_t)q8_sat(q);
+    if (lane == 0) q8_head<Q81>(ob, am, sum);
 }
 
 /* quant_q8_0_warp's blocks, four a warp: the 8 lanes of group g = lane / 8
@@ -157,10 +164,9 @@ __device__ __forceinline__ void quant_q8_0_oct(const float *x, uint8_t *out, int
     uint32_t sum = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const float tv = __fmul_rn(v[i], id);
-        q[i] = isfinite(tv) ? __float2int_rn(tv) : INT_MIN;
+        q[i] = q8_conv(v[i], id);
         sum += (uint32_t)q[i];
-        q[i] = q[i] < -128 ? -128 : q[i] > 127 ? 127 : q[i];
+        q[i] = q8_sat(q[i]);
     }
     uint32_t pk = 0;
 #pragma unroll
@@ -174,11 +180,7 @@ __device__ __forceinline__ void quant_q8_0_oct(const float *x, uint8_t *out, int
     uint8_t *oq = ob + (Q81 ? 4 : 2) + 4 * l8;
     qd_st16(oq, (uint16_t)(pk & 0xffffu));
     qd_st16(oq + 2, (uint16_t)(pk >> 16));
-    if (l8 == 0) {
-        const float d = am / 127.f;
-        qd_st16(ob, __half_as_ushort(__float2half_rn(d)));
-        if (Q81) qd_st16(ob + 2, __half_as_ushort(__float2half_rn(__fmul_rn(d, (float)(int32_t)sum))));
-    }
+    if (l8 == 0) q8_head<Q81>(ob, am, sum);
 }
 
 template <int Q81, int SWI>
@@ -353,16 +355,27 @@ extern "C" int cuda_act_quant(cuda_ctx *c, int wtype, const float *x, void *xq, 
     return launch_quant<0>(c, wtype, x, NULL, (uint8_t *)xq, n, rows, e);
 }
 
-extern "C" int cuda_rmsnorm_quant(cuda_ctx *c, int wtype, float *y, void *xq, const float *x, const float *w,
-                                  int n, float eps, err *e)
+/* The fused norms' DT (0 Q8_0, 1 Q8_1, 2 Q8_K) for weight type wtype and
+ * rows of n, or ERR_UNSUPPORTED (`who` names the caller): a quantized dot
+ * type whose blocks divide n, n <= CUDA_RMSQ_MAXN. */
+static int rmsq_dt(const char *who, int wtype, int n, int *dt, err *e)
 {
     if (!cuda_act_bytes(wtype, n) || wtype == QTYPE_F32 || wtype == QTYPE_F16 || wtype == QTYPE_BF16 ||
         n > CUDA_RMSQ_MAXN)
-        return err_setf(e, ERR_UNSUPPORTED, "cuda_rmsnorm_quant: weight type %s with n=%d (n <= %d)",
-                        qtype_name(wtype), n, CUDA_RMSQ_MAXN);
+        return err_setf(e, ERR_UNSUPPORTED, "%s: weight type %s with n=%d (n <= %d)", who, qtype_name(wtype), n,
+                        CUDA_RMSQ_MAXN);
     const int dot = qtype_get(wtype)->dot_type;
-    return cuda_launch(c, dot == QTYPE_Q8_K ? k_rmsnorm_quant<2> : dot == QTYPE_Q8_1 ? k_rmsnorm_quant<1> : k_rmsnorm_quant<0>,
-                       1, RMS_THREADS, 0, e, "rmsnorm quant", y, (uint8_t *)xq, x, w, n, eps);
+    *dt = dot == QTYPE_Q8_K ? 2 : dot == QTYPE_Q8_1 ? 1 : 0;
+    return 0;
+}
+
+extern "C" int cuda_rmsnorm_quant(cuda_ctx *c, int wtype, float *y, void *xq, const float *x, const float *w,
+                                  int n, float eps, err *e)
+{
+    int dt;
+    TRY_MV(rmsq_dt("cuda_rmsnorm_quant", wtype, n, &dt, e));
+    return cuda_launch(c, dt == 2 ? k_rmsnorm_quant<2> : dt == 1 ? k_rmsnorm_quant<1> : k_rmsnorm_quant<0>, 1,
+                       RMS_THREADS, 0, e, "rmsnorm quant", y, (uint8_t *)xq, x, w, n, eps);
 }
 
 extern "C" int cuda_moe_combine_rmsnorm_quant(cuda_ctx *c, int wtype, float *x, const float *eout, const float *wts,
@@ -370,18 +383,15 @@ extern "C" int cuda_moe_combine_rmsnorm_quant(cuda_ctx *c, int wtype, float *x, 
 {
     if (k <= 0 || n <= 0)
         return err_setf(e, ERR_USAGE, "cuda_moe_combine_rmsnorm_quant: k=%d n=%d", k, n);
-    if (!cuda_act_bytes(wtype, n) || wtype == QTYPE_F32 || wtype == QTYPE_F16 || wtype == QTYPE_BF16 ||
-        n > CUDA_RMSQ_MAXN)
-        return err_setf(e, ERR_UNSUPPORTED, "cuda_moe_combine_rmsnorm_quant: weight type %s with n=%d (n <= %d)",
-                        qtype_name(wtype), n, CUDA_RMSQ_MAXN);
+    int dt;
+    TRY_MV(rmsq_dt("cuda_moe_combine_rmsnorm_quant", wtype, n, &dt, e));
     /* n is a whole number of Q8 blocks (32 or 256 values), so a multiple of 4 */
     if (((uintptr_t)x | (uintptr_t)eout) & 15)
         return err_setf(e, ERR_USAGE, "cuda_moe_combine_rmsnorm_quant: x and eout need 16-byte alignment");
-    const int dot = qtype_get(wtype)->dot_type;
     return cuda_launch(c,
-                       dot == QTYPE_Q8_K   ? k_combine_rmsnorm_quant<2>
-                       : dot == QTYPE_Q8_1 ? k_combine_rmsnorm_quant<1>
-                                           : k_combine_rmsnorm_quant<0>,
+                       dt == 2   ? k_combine_rmsnorm_quant<2>
+                       : dt == 1 ? k_combine_rmsnorm_quant<1>
+                                 : k_combine_rmsnorm_quant<0>,
                        1, RMS_THREADS, 0, e, "moe combine rmsnorm quant", x, eout, wts, k, y, (uint8_t *)xq, w, n, eps);
 }
 
