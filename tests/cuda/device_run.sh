@@ -4,11 +4,14 @@
 # binaries are built here and carried:
 #   make BUILD=build/cu cuda && sh bench/cuda/link_static.sh . build/prebuilt/bin
 #   device run: sh tests/cuda/device_run.sh   (carry: build/prebuilt/bin)
-# Runs the three CUDA suites, the decode bench (bench/cuda/decode.sh) and a
-# compute-sanitizer memcheck of test_cuda; logs to $OUT (or ./device-out).
+# Runs the three CUDA suites, then the steps named in $STEPS (default
+# "bench memcheck"): bench, the decode bench (bench/cuda/decode.sh);
+# memcheck, a compute-sanitizer memcheck of test_cuda. Logs to $OUT (or
+# ./device-out). bench/cuda/device_ab.sh runs it after its A/B pairs.
 # Usage: sh tests/cuda/device_run.sh [BIN]   (BIN default build/prebuilt/bin)
 OUT=${OUT:-device-out}
 BIN=${1:-build/prebuilt/bin}
+STEPS=" ${STEPS-bench memcheck} "
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv >"$OUT/smi.txt" 2>&1
 cat "$OUT/smi.txt"
@@ -19,10 +22,14 @@ for t in test_cuda test_cuda_layer test_cuda_model; do
     echo "$t: $(tail -n 1 "$OUT/$t.log")"
     grep -h "FAIL" "$OUT/$t.log" | head -n 5
 done
-T=$BIN/test_cuda_model sh bench/cuda/decode.sh >"$OUT/decode.log" 2>&1 || rc=1
-grep "^bench:" "$OUT/decode.log" | grep -v "arena\|copy from"
-if command -v compute-sanitizer >/dev/null; then
-    timeout 150 compute-sanitizer --tool memcheck "$BIN/test_cuda" >"$OUT/memcheck.log" 2>&1
-    echo "memcheck exit $?"; tail -n 3 "$OUT/memcheck.log"
-fi
+case $STEPS in *" bench "*)
+    T=$BIN/test_cuda_model sh bench/cuda/decode.sh >"$OUT/decode.log" 2>&1 || rc=1
+    grep "^bench:" "$OUT/decode.log" | grep -v "arena\|copy from" ;;
+esac
+case $STEPS in *" memcheck "*)
+    if command -v compute-sanitizer >/dev/null; then
+        timeout 150 compute-sanitizer --tool memcheck "$BIN/test_cuda" >"$OUT/memcheck.log" 2>&1
+        echo "memcheck exit $?"; tail -n 3 "$OUT/memcheck.log"
+    fi ;;
+esac
 exit $rc
