@@ -601,6 +601,13 @@ static int ensure_model(const char *path, const char *preset, const char *who)
     return 0;
 }
 
+/* The timed greedy line, as --bench and --bench-quick print it (the
+ * format bench/cuda/ab.sh parses). */
+static void print_greedy(int n_tok, double s)
+{
+    printf("bench: greedy %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok, s, n_tok / s, 1e3 * s / n_tok);
+}
+
 static int bench(const char *path, int quick)
 {
     err e = {0};
@@ -697,7 +704,7 @@ static int bench(const char *path, int quick)
     if (rc) { fprintf(stderr, "bench: %s\n", e.msg); cpu_close(&c); free(out); free(lg); return 1; }
     const double tps = n_tok / s, gbs = per_tok * tps / 1e9;
     if (quick) {
-        printf("bench: greedy %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok, s, tps, 1e3 / tps);
+        print_greedy(n_tok, s);
         printf("bench: prefill 192 rows: chunks (grouped matmuls) %.1f tok/s\n", pp_chunk);
         cpu_close(&c);
         free(out);
@@ -732,7 +739,7 @@ static int bench(const char *path, int quick)
 
     printf("bench: plain greedy (a launch per kernel) %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok,
            s_plain, n_tok / s_plain, 1e3 * s_plain / n_tok);
-    printf("bench: greedy %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok, s, tps, 1e3 / tps);
+    print_greedy(n_tok, s);
     printf("bench: greedy with every matvec on the tile kernel: %.1f tok/s; on the direct kernel: %.1f tok/s "
            "(the default: %.1f)\n", n_tok / s_mode[1], n_tok / s_mode[2], tps);
     printf("bench: greedy without programmatic dependent launch: %.1f tok/s (with: %.1f, %.2fx); ids %s\n",
