@@ -669,6 +669,25 @@ static void mvd_geometry(const cuda_ctx *c, int64_t nit, int rows, int rb, int64
     *R = r;
 }
 
+/* The direct kernels' lanes: S = 2^lg_s lanes a row, rpw = 32 / S rows a
+ * warp, and the lanes of one row rpw apart (lane = sl * rpw + row, sl the
+ * lane's place in its row). So the 8 lanes of a quarter-warp (one phase
+ * of a 16-byte shared-memory load) are rpw rows reading the same
+ * activation bytes (a broadcast) at 8 / rpw items, where 8 lanes of one
+ * row read 8 items whose 16-byte chunks fall in the same banks (Q4_K:
+ * 3.8-way conflicts, ncu, session 10). A warp's global loads are the same
+ * set of addresses either way. mvd_reduce's shuffles pair the same sl as
+ * the row-major mapping's (xor o * rpw on the lane is xor o on sl), so the
+ * sums are unchanged bit for bit. Float weights (RAW activations, read from
+ * global memory, no banks) keep the row-major lanes (lane = row * S + sl):
+ * transposed, the F32 kernel spills. TR: transposed. */
+template <int QT> struct mvd_tr { enum { TR = mv_traits<QT>::ACT != MV_ACT_RAW }; };
+template <int QT> __device__ __forceinline__ float mvd_reduce(float acc, int S, int lg_s)
+{
+    for (int o = S >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, mvd_tr<QT>::TR ? o << (5 - lg_s) : o);
+    return acc;
+}
+
 /* The shape and alignment every matvec/matmul launch needs (name: the
  * caller's, for the message; n: its batch or item count). */
 template <int QT>
@@ -716,10 +735,11 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int S = 1 << lg_s, sl = lane & (S - 1), rpw = 32 >> lg_s;
+    const int S = 1 << lg_s, rpw = 32 >> lg_s;
+    const int sl = mvd_tr<QT>::TR ? lane >> (5 - lg_s) : lane & (S - 1);
     /* the loop bound is warp-uniform (base), so every lane reaches the shuffles */
     for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
-        const int i = base + (lane >> lg_s);
+        const int i = base + (mvd_tr<QT>::TR ? lane & (rpw - 1) : lane >> lg_s);
         const bool ok = i < nr;
         /* branch-free body: a lane past the last row or item recomputes a
          * valid one (row nr - 1, item nit - 1: lines other lanes load
@@ -735,7 +755,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
                 acc += it < nit ? v : 0.f;
             }
         }
-        for (int o = S >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        acc = mvd_reduce<QT>(acc, S, lg_s);
         if (ok && sl == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
     }
 }
@@ -780,9 +800,10 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int S = 1 << lg_s, sl = lane & (S - 1), rpw = 32 >> lg_s;
+    const int S = 1 << lg_s, rpw = 32 >> lg_s;
+    const int sl = mvd_tr<QT>::TR ? lane >> (5 - lg_s) : lane & (S - 1);
     for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
-        const int i = base + (lane >> lg_s);
+        const int i = base + (mvd_tr<QT>::TR ? lane & (rpw - 1) : lane >> lg_s);
         const bool ok = i < nr;
         const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
         float acc[CUDA_MM_NB];
@@ -804,8 +825,7 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
 #pragma unroll
         for (int j = 0; j < CUDA_MM_NB; j++) {
             if (j >= nv) break;
-            float a = acc[j];
-            for (int o = S >> 1; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+            const float a = mvd_reduce<QT>(acc[j], S, lg_s);
             if (ok && sl == 0) y[yoff[(size_t)b * CUDA_MM_NB + j] + r0 + i] = a;
         }
     }
