@@ -435,40 +435,43 @@ __device__ __forceinline__ int stage_tile(uint8_t *s, const uint8_t *g, size_t n
  * read (unpacked from Q8_K, Q8_0 or Q8_1 blocks into shared memory, or RAW
  * from global memory), WAL / XAL the alignment weights / activation rows
  * need. */
+/* U: the items a lane of the direct kernels has in flight (unrolled) per
+ * pass, MVD_U, or 1 where an item is a whole Q4_K block (144 bytes). */
+#define MVD_U 4
 enum { MV_ACT_Q8K, MV_ACT_Q80, MV_ACT_Q81, MV_ACT_RAW };
 template <int QT> struct mv_traits;
 template <> struct mv_traits<QTYPE_Q4_K> {
-    enum { BE = 256, BB = CQ4_K_BYTES, IPB = QD_Q4K_ITEMS, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4 };
+    enum { BE = 256, BB = CQ4_K_BYTES, IPB = 1, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4, U = 1 };   /* qd_block_q4_K */
 };
 template <> struct mv_traits<QTYPE_Q5_K> {
-    enum { BE = 256, BB = QD_Q5K_BYTES, IPB = QD_Q5K_ITEMS, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4 };
+    enum { BE = 256, BB = QD_Q5K_BYTES, IPB = QD_Q5K_ITEMS, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_Q6_K> {
-    enum { BE = 256, BB = CQ6_K_BYTES, IPB = QD_Q6K_ITEMS, ACT = MV_ACT_Q8K, WAL = 2, XAL = 4 };
+    enum { BE = 256, BB = CQ6_K_BYTES, IPB = QD_Q6K_ITEMS, ACT = MV_ACT_Q8K, WAL = 2, XAL = 4, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_Q8_0> {
-    enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
+    enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_Q4_0> {
-    enum { BE = 32, BB = QD_Q40_BYTES, IPB = QD_Q40_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
+    enum { BE = 32, BB = QD_Q40_BYTES, IPB = QD_Q40_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_Q5_0> {
-    enum { BE = 32, BB = QD_Q50_BYTES, IPB = QD_Q50_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
+    enum { BE = 32, BB = QD_Q50_BYTES, IPB = QD_Q50_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_Q4_1> {
-    enum { BE = 32, BB = QD_Q41_BYTES, IPB = QD_Q41_ITEMS, ACT = MV_ACT_Q81, WAL = 2, XAL = 2 };
+    enum { BE = 32, BB = QD_Q41_BYTES, IPB = QD_Q41_ITEMS, ACT = MV_ACT_Q81, WAL = 2, XAL = 2, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_Q5_1> {
-    enum { BE = 32, BB = QD_Q51_BYTES, IPB = QD_Q51_ITEMS, ACT = MV_ACT_Q81, WAL = 2, XAL = 2 };
+    enum { BE = 32, BB = QD_Q51_BYTES, IPB = QD_Q51_ITEMS, ACT = MV_ACT_Q81, WAL = 2, XAL = 2, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_F32> {
-    enum { BE = QD_F32_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16 };
+    enum { BE = QD_F32_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_F16> {
-    enum { BE = QD_F16_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16 };
+    enum { BE = QD_F16_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_BF16> {
-    enum { BE = QD_F16_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16 };
+    enum { BE = QD_F16_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16, U = MVD_U };
 };
 
 /* xq: the unpacked int8 quants in shared memory, or (RAW) the activation
@@ -476,7 +479,7 @@ template <> struct mv_traits<QTYPE_BF16> {
 template <int QT>
 __device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
 {
-    if (QT == QTYPE_Q4_K) return qd_item_q4_K(w, xq, xd, xbs, it);
+    if (QT == QTYPE_Q4_K) return qd_block_q4_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q5_K) return qd_item_q5_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q6_K) return qd_item_q6_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q4_0) return qd_item_q4_0(w, xq, xd, xbs, it);
@@ -641,7 +644,6 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
  * Item order and float sums per lane are fixed (u ascending, then the
  * shuffle tree): results are deterministic run to run. */
 #define MVD_WARPS 8
-#define MVD_U 4
 
 /* L2 prefetch of a CTA's rows: the lines that hold a byte of [g, g + n),
  * never past it. */
@@ -657,10 +659,10 @@ __device__ __forceinline__ void mvd_prefetch_l2(const uint8_t *g, size_t n)
  * it) and R (one CTA pass of rows, doubled while the tile stays <= 32 KB,
  * amortizing the activation unpack, and the grid still has >= 4 CTAs per
  * SM). */
-static void mvd_geometry(const cuda_ctx *c, int64_t nit, int rows, int rb, int64_t nbat, int *lg_s, int *R)
+static void mvd_geometry(const cuda_ctx *c, int64_t nit, int u, int rows, int rb, int64_t nbat, int *lg_s, int *R)
 {
     int s = 0;
-    while (s < 5 && ((int64_t)MVD_U << s) < nit) s++;
+    while (s < 5 && ((int64_t)u << s) < nit) s++;
     int r = MVD_WARPS * (32 >> s);
     while (r < 256 && (int64_t)2 * r * rb <= 32768 &&
            (int64_t)((rows + 2 * r - 1) / (2 * r)) * nbat >= 4 * (int64_t)c->info.sm_count)
@@ -747,9 +749,9 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
          * items' loads can all be scheduled ahead of the arithmetic */
         const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
         float acc = 0.f;
-        for (int c = 0; c < nit; c += S * MVD_U) {
+        for (int c = 0; c < nit; c += S * T::U) {
 #pragma unroll
-            for (int u = 0; u < MVD_U; u++) {
+            for (int u = 0; u < T::U; u++) {
                 const int it = c + sl + S * u;
                 const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1));
                 acc += it < nit ? v : 0.f;
@@ -768,8 +770,10 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
  * additions and shuffles, so every output is the matvec's bit for bit,
  * while the weight bytes are loaded once for all rows. grid: (ceil(rows /
  * R), n_items). */
+/* 2 CTAs an SM at most 128 registers; Q4_K's block items 4 (64 registers,
+ * no spills: left at 2, ptxas takes 128 for them). */
 template <int QT>
-__global__ void __launch_bounds__(32 * MVD_WARPS, 2)
+__global__ void __launch_bounds__(32 * MVD_WARPS, QT == QTYPE_Q4_K ? 4 : 2)
 k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
                 int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, const int32_t *__restrict__ xrow,
                 const int64_t *__restrict__ yoff, float *y, int act_al)
@@ -809,9 +813,9 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
         float acc[CUDA_MM_NB];
 #pragma unroll
         for (int j = 0; j < CUDA_MM_NB; j++) acc[j] = 0.f;
-        for (int c = 0; c < nit; c += S * MVD_U) {
+        for (int c = 0; c < nit; c += S * T::U) {
 #pragma unroll
-            for (int u = 0; u < MVD_U; u++) {
+            for (int u = 0; u < T::U; u++) {
                 const int it = c + sl + S * u, itc = min(it, nit - 1);
 #pragma unroll
                 for (int j = 0; j < CUDA_MM_NB; j++) {
@@ -891,7 +895,7 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
         if (act + MV_SMEM_STATIC > c->info.smem_per_block_optin)
             return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, act);
         int lg_s, R;
-        mvd_geometry(c, nit, rows, rb, nbat, &lg_s, &R);
+        mvd_geometry(c, nit, T::U, rows, rb, nbat, &lg_s, &R);
         const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
         return cuda_launch(c, k_matvec_direct<QT>, grid, 32 * MVD_WARPS, act, e, "matvec", w, a->w_stride, a->ids, rows,
                            k, R, lg_s, xq, a->x_stride, a->y, a->y_stride, ex);
@@ -930,7 +934,7 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
     /* the direct kernel's geometry: the same lanes per row, so the same sums */
     int lg_s, R;
-    mvd_geometry(c, nit, rows, rb, a->n_items, &lg_s, &R);
+    mvd_geometry(c, nit, T::U, rows, rb, a->n_items, &lg_s, &R);
     const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_items);
     return cuda_launch(c, k_matmul_direct<QT>, grid, 32 * MVD_WARPS, smem, e, "matmul", (const uint8_t *)a->w,
                        a->w_stride, a->ids, rows, k, R, lg_s, (const uint8_t *)a->xq, a->x_stride, a->xrow, a->yoff,
