@@ -627,6 +627,54 @@ TEST(test_router)
     check_router(60, 4, 3);
 }
 
+/* ids_early on a real programmatic-dependent chain: the router's top-k
+ * writes the ids, a quantizer runs, then the batched matvec reads the ids
+ * before its dependency wait (two launches back). Rounds with new logits
+ * each, so an id read too early (the last round's) would pick other
+ * matrices: every round's outputs must equal the same launch with
+ * ids_early = 0, bit for bit. */
+TEST(test_ids_early)
+{
+    enum { NE = 64, K = 8, ROWS = 96, KW = 512, ROUNDS = 6 };
+    const qtype_info *qi = qtype_get(QTYPE_Q4_K);
+    const size_t rb = (size_t)(KW / qi->blck) * qi->type_size, ms = rb * ROWS;
+    uint8_t *w = xmalloc(ms * NE);
+    float *wf = xmalloc(sizeof(float) * KW), *x = xmalloc(sizeof(float) * KW), *lg = xmalloc(sizeof(float) * NE);
+    err e = {0};
+    for (int r = 0; r < ROWS * NE; r++) {
+        for (int i = 0; i < KW; i++) wf[i] = frand() * 0.05f;
+        quant_quantize(QTYPE_Q4_K, wf, w + (size_t)r * rb, KW, &e);
+    }
+    for (int i = 0; i < KW; i++) x[i] = frand();
+    uint8_t *dw = dev_from(w, ms * NE);
+    float *dx = dev_from(x, sizeof(float) * KW), *dlg = dev_alloc(sizeof(float) * NE);
+    void *dxq = dev_alloc(cuda_act_bytes(QTYPE_Q4_K, KW));
+    int32_t *dids = dev_alloc(sizeof(int32_t) * K);
+    float *dwt = dev_alloc(sizeof(float) * K), *dy[2] = { dev_alloc(sizeof(float) * ROWS * K), dev_alloc(sizeof(float) * ROWS * K) };
+    float *y[2] = { xmalloc(sizeof(float) * ROWS * K), xmalloc(sizeof(float) * ROWS * K) };
+    int bad = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int i = 0; i < NE; i++) lg[i] = frand() * 4.0f;
+        CHECK(cuda_upload(g_cu, dlg, lg, sizeof(float) * NE, &e) == 0);
+        for (int early = 1; early >= 0; early--) {
+            CHECK_MSG(cuda_router_topk(g_cu, dlg, NE, K, 1, dids, dwt, &e) == 0, "%s", e.msg);
+            CHECK_MSG(cuda_act_quant(g_cu, QTYPE_Q4_K, dx, dxq, KW, 1, &e) == 0, "%s", e.msg);
+            const cuda_matvec_args a = {
+                .wtype = QTYPE_Q4_K, .w = dw, .w_stride = ms, .ids = dids, .rows = ROWS, .k = KW, .n_batch = K,
+                .xq = dxq, .y = dy[early], .y_stride = ROWS, .ids_early = early,
+            };
+            CHECK_MSG(cuda_matvec_batch(g_cu, &a, &e) == 0, "%s", e.msg);
+        }
+        for (int i = 0; i < 2; i++) CHECK(cuda_download(g_cu, y[i], dy[i], sizeof(float) * ROWS * K, &e) == 0);
+        bad += memcmp(y[0], y[1], sizeof(float) * ROWS * K) != 0;
+    }
+    printf("  ids_early after top-k and a quantizer: %d of %d rounds differ\n", bad, ROUNDS);
+    CHECK_MSG(bad == 0, "ids_early: %d of %d rounds differ from the launch that waits", bad, ROUNDS);
+    cuda_free(g_cu, dw); cuda_free(g_cu, dx); cuda_free(g_cu, dlg); cuda_free(g_cu, dxq); cuda_free(g_cu, dids);
+    cuda_free(g_cu, dwt); cuda_free(g_cu, dy[0]); cuda_free(g_cu, dy[1]);
+    free(w); free(wf); free(x); free(lg); free(y[0]); free(y[1]);
+}
+
 TEST(test_errors)
 {
     err e = {0};
@@ -820,6 +868,7 @@ int main(int argc, char **argv)
     RUN(test_rmsnorm_quant_shapes);
     RUN(test_swiglu);
     RUN(test_router);
+    RUN(test_ids_early);
     if (cuda_sync(g_cu, &e)) { fprintf(stderr, "cuda: %s\n", e.msg); test_g.failed++; }
     cuda_close(g_cu);
     return test_summary("cuda");

@@ -232,6 +232,10 @@ typedef struct cuda_matvec_args {
     const void    *w2;        /* device, or NULL: a second matrix set (see above) */
     float         *y2;        /* device: w2's outputs, laid out as y */
     const float   *add;       /* device, or NULL: y = dot + add (same indexing as y) */
+    int            ids_early; /* ids were written by a kernel two or more launches
+                                 before this one on the stream (or before a copy):
+                                 the direct kernel reads them, and prefetches the
+                                 rows they pick into L2, before its dependency wait */
 } cuda_matvec_args;
 
 int  cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e);

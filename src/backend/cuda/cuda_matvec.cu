@@ -525,13 +525,15 @@ __device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s
 }
 
 /* The optional parts of a launch (cuda_matvec_args): a second matrix set
- * (W2, y2: blockIdx.y >= n_batch takes matrix b - n_batch of it) and a
+ * (W2, y2: blockIdx.y >= n_batch takes matrix b - n_batch of it), a
  * residual added to each output (y[o] = dot + add[o], add may alias y:
- * each element is read and written by the one thread that owns it). */
+ * each element is read and written by the one thread that owns it), and
+ * ids_early (the ids may be read before the dependency wait). */
 struct mv_ext {
     const uint8_t *W2;
     float         *y2;
     const float   *add;
+    int            ids_early;
 };
 
 __device__ __forceinline__ int mv_pick(const mv_ext &ex, const uint8_t *__restrict__ *W, float **y)
@@ -721,15 +723,24 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     const int b = mv_pick(ex, &W, &y);   /* kernel arguments only */
     const int r0 = blockIdx.x * R;
     const int nr = min(R, rows - r0);
-    /* A matrix chosen by the batch index alone (no ids) is known before
-     * the wait on the previous kernel: its rows are prefetched into L2
-     * first, so their HBM latency overlaps that kernel's tail (a prefetch
-     * reads nothing into the program: see pdl_enter's contract). */
-    if (!ids) mvd_prefetch_l2(W + (size_t)b * w_stride + (size_t)r0 * rb, (size_t)nr * rb);
+    /* A matrix chosen by the batch index alone (no ids), or by ids written
+     * two or more launches back (ex.ids_early: the down projection's, by
+     * the router's top-k before gate+up and the SwiGLU quantizer), is known
+     * before the wait on the previous kernel: its rows are prefetched into
+     * L2 first, so their HBM latency overlaps that kernel's run (a prefetch
+     * reads nothing into the program: see pdl_enter's contract; the early
+     * ids load is __ldcg, from L2, where the completed grid that wrote
+     * them left them). */
+    const bool early = !ids || ex.ids_early;
+    int mat = b;
+    if (early) {
+        if (ids) mat = __ldcg(ids + b);
+        mvd_prefetch_l2(W + (size_t)mat * w_stride + (size_t)r0 * rb, (size_t)nr * rb);
+    }
     pdl_enter();
-    const int mat = ids ? ids[b] : b;
+    if (!early) mat = ids[b];
     const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
-    if (ids) mvd_prefetch_l2(g, (size_t)nr * rb);
+    if (!early) mvd_prefetch_l2(g, (size_t)nr * rb);
 
     float *sxd;
     int16_t *sxbs;
@@ -888,7 +899,7 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
                         (int)T::WAL);
     if (a->w2 && (!a->y2 || a->add || a->n_batch > 65535 / 2))
         return err_setf(e, ERR_USAGE, "cuda_matvec: a second matrix set needs y2, no add, n_batch <= %d", 65535 / 2);
-    const mv_ext ex = { (const uint8_t *)a->w2, a->y2, a->add };
+    const mv_ext ex = { (const uint8_t *)a->w2, a->y2, a->add, a->ids_early };
     /* the launch's matrices: both sets when there are two */
     const int64_t nbat = a->w2 ? 2 * (int64_t)a->n_batch : a->n_batch;
     if (c->mv_force != 1) {

@@ -980,14 +980,16 @@ static int attn_norm_q8(const dlayer *dl)
 }
 
 /* The k routed experts of stack w (ids m->sel) on input rows xq (x_stride
- * 0: shared), outputs at y + b * y_stride. */
+ * 0: shared), outputs at y + b * y_stride. ids_early: the ids were written
+ * two or more launches before (cuda_matvec_args). */
 static int mv_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_stride, float *y, size_t y_stride,
-                      err *e)
+                      int ids_early, err *e)
 {
     cuda_matvec_args a = {
         .wtype = w->type, .w = w->d, .w_stride = w->stride, .ids = m->arena ? m->slot_ids : m->sel,
         .rows = w->rows, .k = w->k,
         .n_batch = m->hp.n_expert_used, .xq = xq, .x_stride = x_stride, .y = y, .y_stride = y_stride,
+        .ids_early = ids_early,
     };
     return cuda_matvec_batch(m->cu, &a, e);
 }
@@ -1092,9 +1094,9 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
         };
         TRY(cuda_matvec_batch(cu, &a, e));
     } else {
-        TRY(mv_experts(m, &dl->gate_exps, xq, 0, m->g, (size_t)F, e));
+        TRY(mv_experts(m, &dl->gate_exps, xq, 0, m->g, (size_t)F, 0, e));
         if (!same_dot(&dl->up_exps, &dl->gate_exps)) TRY(act_in(m, &dl->up_exps, m->xn, 1, &xq, e));
-        TRY(mv_experts(m, &dl->up_exps, xq, 0, m->u, (size_t)F, e));
+        TRY(mv_experts(m, &dl->up_exps, xq, 0, m->u, (size_t)F, 1, e));   /* ids: 2+ launches back */
     }
     /* down: each expert its own hidden row h = swiglu(g, u); for a Q8 dot
      * type h is computed inside the quantizer's launch */
@@ -1106,7 +1108,8 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
         TRY(act_in(m, &dl->down_exps, m->g, K, &xq, e));
     }
     const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
-    TRY(mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, e));
+    /* the ids were written before gate+up and the quantizer: 2+ launches back */
+    TRY(mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, 1, e));
     /* everything of this layer that reads m->xn or m->xq is enqueued
      * above, so the next norm may overwrite them here */
     if (next_norm)
