@@ -793,12 +793,12 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
  * additions and shuffles, so every output is the matvec's bit for bit,
  * while the weight bytes are loaded once for all rows. grid: (ceil(rows /
  * R), n_items). */
-/* Split Q8_0 rows at 4 CTAs an SM: left at 2, ptxas gives them 81
- * registers (88 allocated: 2 CTAs an SM, against 4 for Q8_0's 56), and
- * the prefill measured 0.945x the Q8_0 rows' (session 11); capped, 60
- * registers, no spills. */
+/* 4 CTAs an SM (64 registers), F32 2: left at 2, ptxas gives split Q8_0
+ * rows 81 registers (88 allocated: 2 CTAs an SM, against 4 for Q8_0's
+ * 56; the prefill measured 0.945x the Q8_0 rows', session 11), Q6_K,
+ * Q5_K, Q4_1 and Q5_1 72 (3 CTAs); capped, none spills (F32 would: 96). */
 template <int QT>
-__global__ void __launch_bounds__(32 * MVD_WARPS, QT == CUDA_Q8_0_SPLIT ? 4 : 2)
+__global__ void __launch_bounds__(32 * MVD_WARPS, QT == QTYPE_F32 ? 2 : 4)
 k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
                 int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, const int32_t *__restrict__ xrow,
                 const int64_t *__restrict__ yoff, float *y, int act_al)
