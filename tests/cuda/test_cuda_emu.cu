@@ -119,6 +119,24 @@ static void check(int wtype, int rows, int k)
         num += ((double)lane_acc[0] - ref) * ((double)lane_acc[0] - ref);
         den += (double)ref * ref;
     }
+    if (wtype == QTYPE_Q8_0 && k % 256 == 0) {   /* split rows (cuda_repack_q8_0's layout): the same items bit for bit */
+        uint8_t *sw = (uint8_t *)malloc(rb);
+        int bad = 0;
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *row = w + r * rb;
+            for (int b = 0; b < nb; b++) {
+                memcpy(sw + 32 * b, row + 34 * b + 2, 32);
+                memcpy(sw + 32 * nb + 2 * b, row + 34 * b, 2);
+            }
+            for (int it = 0; it < nit; it++) {
+                const float a = qd_item_q8_0(row, xs, sxd, sxbs, it), b = qd_item_q8_0s(sw, xs, sxd, nb, it);
+                bad += memcmp(&a, &b, sizeof a) != 0;
+            }
+        }
+        printf("  emu q8_0 split rows %d x %d: %d items differ\n", rows, k, bad);
+        CHECK_MSG(bad == 0, "q8_0 split rows: %d items differ from q8_0's", bad);
+        free(sw);
+    }
     const double nm = num / den;
     printf("  emu %-4s %4d x %-5d NMSE %.3g\n", qtype_name(wtype), rows, k, nm);
     CHECK_MSG(nm < 1e-10, "%s %dx%d NMSE %.3g", qtype_name(wtype), rows, k, nm);

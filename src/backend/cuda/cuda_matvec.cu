@@ -394,6 +394,40 @@ extern "C" int cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g, con
     return launch_quant<1>(c, wtype, g, u, (uint8_t *)xq, n, rows, e);
 }
 
+/* ==== Q8_0 split rows ====
+ * In place, a CTA a row at a time: the row's 34 nb bytes to shared memory,
+ * then its quants (block b's 32 at 32 b) and its scales (block b's f16 at
+ * 32 nb + 2 b) back. Why: a Q8_0 row's blocks are 34 bytes, so half of
+ * them start at 2 mod 4 and qd_item_q8_0 reads its 16 quants as 8
+ * halfwords; split, an item is one 16-byte load (qd_item_q8_0s). */
+__global__ void k_repack_q8_0(uint8_t *w, int64_t rows, int nb)
+{
+    pdl_enter();
+    extern __shared__ __align__(16) uint8_t srow[];
+    const int rb = nb * CQ8_0_BYTES;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        uint8_t *row = w + (size_t)r * rb;
+        for (int i = threadIdx.x; i < rb; i += blockDim.x) srow[i] = row[i];
+        __syncthreads();
+        for (int i = threadIdx.x; i < 32 * nb; i += blockDim.x) row[i] = srow[CQ8_0_BYTES * (i >> 5) + 2 + (i & 31)];
+        for (int i = threadIdx.x; i < 2 * nb; i += blockDim.x) row[32 * nb + i] = srow[CQ8_0_BYTES * (i >> 1) + (i & 1)];
+        __syncthreads();
+    }
+}
+
+extern "C" int cuda_repack_q8_0(cuda_ctx *c, void *w, int64_t rows, int64_t k, err *e)
+{
+    const int64_t rb = k / 32 * CQ8_0_BYTES;
+    if (!w || rows <= 0 || rows > INT_MAX || k <= 0 || k % 256 || ((uintptr_t)w & 15))
+        return err_setf(e, ERR_USAGE, "cuda_repack_q8_0: rows=%lld k=%lld (k a multiple of 256, 16-byte aligned "
+                        "weights)", (long long)rows, (long long)k);
+    if (rb > 48 * 1024)   /* the dynamic shared memory a launch has without opting in */
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_repack_q8_0: k=%lld: a row of %lld bytes exceeds 48 KB of shared memory",
+                        (long long)k, (long long)rb);
+    const unsigned grid = (unsigned)(rows < 4096 ? rows : 4096);
+    return cuda_launch(c, k_repack_q8_0, grid, 256, (size_t)rb, e, "repack q8_0", (uint8_t *)w, rows, (int)(k / 32));
+}
+
 /* ==== Matvec ==== */
 
 __device__ __forceinline__ void cp_async16(void *s, const void *g)
@@ -452,6 +486,9 @@ template <> struct mv_traits<QTYPE_Q6_K> {
 template <> struct mv_traits<QTYPE_Q8_0> {
     enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2, U = MVD_U };
 };
+template <> struct mv_traits<CUDA_Q8_0_SPLIT> {   /* rows 16-byte aligned: k a multiple of 256 */
+    enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 16, XAL = 2, U = MVD_U };
+};
 template <> struct mv_traits<QTYPE_Q4_0> {
     enum { BE = 32, BB = QD_Q40_BYTES, IPB = QD_Q40_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2, U = MVD_U };
 };
@@ -475,10 +512,13 @@ template <> struct mv_traits<QTYPE_BF16> {
 };
 
 /* xq: the unpacked int8 quants in shared memory, or (RAW) the activation
- * row in global memory */
+ * row in global memory; nb: the row's blocks (split rows find their scales
+ * with it) */
 template <int QT>
-__device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+__device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, const float *xd, const int16_t *xbs, int it,
+                                         int nb)
 {
+    if (QT == CUDA_Q8_0_SPLIT) return qd_item_q8_0s(w, xq, xd, nb, it);
     if (QT == QTYPE_Q4_K) return qd_block_q4_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q5_K) return qd_item_q5_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q6_K) return qd_item_q6_K(w, xq, xd, xbs, it);
@@ -590,7 +630,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
         for (int i = warp; i < nr; i += MV_WARPS) {
             const uint8_t *wrow = tile + shift + (size_t)i * rb;
             float acc = 0.f;
-            for (int it = lane; it < nit; it += 32) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it);
+            for (int it = lane; it < nit; it += 32) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it, nb);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
             if (lane == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
@@ -601,7 +641,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
     float acc = 0.f;
     if (i < nr) {   /* warp-uniform */
         const uint8_t *wrow = tile + shift + (size_t)i * rb;
-        for (int it = lane + 32 * part; it < nit; it += 32 * wpr) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it);
+        for (int it = lane + 32 * part; it < nit; it += 32 * wpr) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it, nb);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -692,6 +732,10 @@ template <int QT> __device__ __forceinline__ float mvd_reduce(float acc, int S, 
     return acc;
 }
 
+/* A matvec weight type's name for messages (the split Q8_0 layout is not
+ * a ggml type). */
+static const char *mv_type_name(int wtype) { return wtype == CUDA_Q8_0_SPLIT ? "q8_0 (split rows)" : qtype_name(wtype); }
+
 /* The shape and alignment every matvec/matmul launch needs (name: the
  * caller's, for the message; n: its batch or item count). */
 template <int QT>
@@ -699,13 +743,14 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
                     size_t x_stride, err *e)
 {
     typedef mv_traits<QT> T;
-    if (k <= 0 || k % T::BE || k > INT_MAX / 8 || rows <= 0 || rows > INT_MAX || n <= 0 || n > 65535)
+    const int kal = QT == CUDA_Q8_0_SPLIT ? 256 : (int)T::BE;   /* split rows: 16-byte aligned */
+    if (k <= 0 || k % kal || k > INT_MAX / 8 || rows <= 0 || rows > INT_MAX || n <= 0 || n > 65535)
         return err_setf(e, ERR_USAGE, "%s: bad shape rows=%lld k=%lld batch=%d (%s: k a multiple of %d)", name,
-                        (long long)rows, (long long)k, n, qtype_name(QT), (int)T::BE);
+                        (long long)rows, (long long)k, n, mv_type_name(QT), kal);
     const uintptr_t wal = T::WAL - 1, xal = T::XAL - 1;
     if ((((uintptr_t)w | (uintptr_t)w_stride) & wal) || (((uintptr_t)xq | (uintptr_t)x_stride) & xal))
         return err_setf(e, ERR_USAGE, "%s: %s weights need %d-byte and activations %d-byte alignment", name,
-                        qtype_name(QT), (int)T::WAL, (int)T::XAL);
+                        mv_type_name(QT), (int)T::WAL, (int)T::XAL);
     return 0;
 }
 
@@ -764,7 +809,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
 #pragma unroll
             for (int u = 0; u < T::U; u++) {
                 const int it = c + sl + S * u;
-                const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1));
+                const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1), nb);
                 acc += it < nit ? v : 0.f;
             }
         }
@@ -781,10 +826,12 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
  * additions and shuffles, so every output is the matvec's bit for bit,
  * while the weight bytes are loaded once for all rows. grid: (ceil(rows /
  * R), n_items). */
-/* 2 CTAs an SM at most 128 registers; Q4_K's block items 4 (64 registers,
- * no spills: left at 2, ptxas takes 128 for them). */
+/* 4 CTAs an SM (64 registers), F32 2: left at 2, ptxas gives split Q8_0
+ * rows 81 registers (88 allocated: 2 CTAs an SM, against 4 for Q8_0's
+ * 56; the prefill measured 0.945x the Q8_0 rows', session 11), Q6_K,
+ * Q5_K, Q4_1 and Q5_1 72 (3 CTAs); capped, none spills (F32 would: 96). */
 template <int QT>
-__global__ void __launch_bounds__(32 * MVD_WARPS, QT == QTYPE_Q4_K ? 4 : 2)
+__global__ void __launch_bounds__(32 * MVD_WARPS, QT == QTYPE_F32 ? 2 : 4)
 k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
                 int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, const int32_t *__restrict__ xrow,
                 const int64_t *__restrict__ yoff, float *y, int act_al)
@@ -831,7 +878,7 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
 #pragma unroll
                 for (int j = 0; j < CUDA_MM_NB; j++) {
                     if (j < nv) {   /* uniform */
-                        const float v = mv_item<QT>(wrow, s_xs[j], (float *)s_xd[j], (int16_t *)s_xbs[j], itc);
+                        const float v = mv_item<QT>(wrow, s_xs[j], (float *)s_xd[j], (int16_t *)s_xbs[j], itc, nb);
                         acc[j] += it < nit ? v : 0.f;
                     }
                 }
@@ -873,7 +920,7 @@ int cuda_matvec_init(cuda_ctx *c, err *e)
     const int lim = (int)c->info.smem_per_block_optin;
     int r = 0;
     if ((r = mv_attr<QTYPE_Q4_K>(lim, e)) || (r = mv_attr<QTYPE_Q5_K>(lim, e)) || (r = mv_attr<QTYPE_Q6_K>(lim, e)) ||
-        (r = mv_attr<QTYPE_Q8_0>(lim, e)) || (r = mv_attr<QTYPE_Q4_0>(lim, e)) || (r = mv_attr<QTYPE_Q5_0>(lim, e)) ||
+        (r = mv_attr<QTYPE_Q8_0>(lim, e)) || (r = mv_attr<CUDA_Q8_0_SPLIT>(lim, e)) || (r = mv_attr<QTYPE_Q4_0>(lim, e)) || (r = mv_attr<QTYPE_Q5_0>(lim, e)) ||
         (r = mv_attr<QTYPE_Q4_1>(lim, e)) || (r = mv_attr<QTYPE_Q5_1>(lim, e)) || (r = mv_attr<QTYPE_F32>(lim, e)) ||
         (r = mv_attr<QTYPE_F16>(lim, e)) || (r = mv_attr<QTYPE_BF16>(lim, e)))
         return r;
@@ -895,7 +942,7 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
     const uint8_t *w = (const uint8_t *)a->w, *xq = (const uint8_t *)a->xq;
     if (a->w2 && ((uintptr_t)a->w2 & wal))
-        return err_setf(e, ERR_USAGE, "cuda_matvec: %s weights need %d-byte alignment", qtype_name(a->wtype),
+        return err_setf(e, ERR_USAGE, "cuda_matvec: %s weights need %d-byte alignment", mv_type_name(a->wtype),
                         (int)T::WAL);
     if (a->w2 && (!a->y2 || a->add || a->n_batch > 65535 / 2))
         return err_setf(e, ERR_USAGE, "cuda_matvec: a second matrix set needs y2, no add, n_batch <= %d", 65535 / 2);
@@ -959,6 +1006,7 @@ extern "C" int cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     case QTYPE_Q5_K: return mm_run<QTYPE_Q5_K>(c, a, e);
     case QTYPE_Q6_K: return mm_run<QTYPE_Q6_K>(c, a, e);
     case QTYPE_Q8_0: return mm_run<QTYPE_Q8_0>(c, a, e);
+    case CUDA_Q8_0_SPLIT: return mm_run<CUDA_Q8_0_SPLIT>(c, a, e);
     case QTYPE_Q4_0: return mm_run<QTYPE_Q4_0>(c, a, e);
     case QTYPE_Q5_0: return mm_run<QTYPE_Q5_0>(c, a, e);
     case QTYPE_Q4_1: return mm_run<QTYPE_Q4_1>(c, a, e);
@@ -967,7 +1015,7 @@ extern "C" int cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     case QTYPE_F16: return mm_run<QTYPE_F16>(c, a, e);
     case QTYPE_BF16: return mm_run<QTYPE_BF16>(c, a, e);
     default:
-        return err_setf(e, ERR_UNSUPPORTED, "cuda_matmul: weight type %s has no CUDA kernel yet", qtype_name(a->wtype));
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_matmul: weight type %s has no CUDA kernel yet", mv_type_name(a->wtype));
     }
 }
 
@@ -980,6 +1028,7 @@ extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     case QTYPE_Q5_K: return mv_run<QTYPE_Q5_K>(c, a, e);
     case QTYPE_Q6_K: return mv_run<QTYPE_Q6_K>(c, a, e);
     case QTYPE_Q8_0: return mv_run<QTYPE_Q8_0>(c, a, e);
+    case CUDA_Q8_0_SPLIT: return mv_run<CUDA_Q8_0_SPLIT>(c, a, e);
     case QTYPE_Q4_0: return mv_run<QTYPE_Q4_0>(c, a, e);
     case QTYPE_Q5_0: return mv_run<QTYPE_Q5_0>(c, a, e);
     case QTYPE_Q4_1: return mv_run<QTYPE_Q4_1>(c, a, e);
@@ -988,7 +1037,7 @@ extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     case QTYPE_F16: return mv_run<QTYPE_F16>(c, a, e);
     case QTYPE_BF16: return mv_run<QTYPE_BF16>(c, a, e);
     default:
-        return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: weight type %s has no CUDA kernel yet", qtype_name(a->wtype));
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: weight type %s has no CUDA kernel yet", mv_type_name(a->wtype));
     }
 }
 

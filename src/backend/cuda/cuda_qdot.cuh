@@ -25,6 +25,7 @@
  *         qh[16h + t], of the high ones bit 2j+1; returns d*dx * (sc0*lo +
  *         sc1*hi) - dmin*dx * (m0*bsum_lo + m1*bsum_hi)
  *   Q8_0: 2 items a block: (h = 16-quant half); returns d*dx * dot16
+ *         (split rows, cuda_repack_q8_0: the same items, 16-byte loads)
  *   Q4_0: 2 items a block: (h = 8-byte half of qs): low nibbles of qs[8h..]
  *         are quants 8h.., high nibbles 16 + 8h..; returns d*dx * dot16 of
  *         (q - 8) with the Q8_0 activation
@@ -351,6 +352,25 @@ QD_HD float qd_item_q8_0(const uint8_t *wrow, const int8_t *xq, const float *xd,
     s = qd_dp4a(qd_ld32_h2(q + 8), xa.z, s);
     s = qd_dp4a(qd_ld32_h2(q + 12), xa.w, s);
     const float d = qd_h2f(qd_ld16(bp)) * xd[blk];
+    return d * (float)s;
+}
+
+/* Q8_0 in split rows (cuda_repack_q8_0): a row of nb blocks holds its
+ * 32 nb int8 quants, then its nb f16 scales (the same 34 nb bytes). wrow
+ * 16-byte aligned (34 nb % 16 == 0: nb a multiple of 8), xq 16-aligned.
+ * Item it is quants 16 it .. 16 it + 15 in one 16-byte load, instead of the
+ * 8 halfword loads a 34-byte block's 2-byte alignment costs
+ * qd_item_q8_0; the same integer dot and float products, so the same
+ * value bit for bit. */
+QD_HD float qd_item_q8_0s(const uint8_t *wrow, const int8_t *xq, const float *xd, int nb, int it)
+{
+    const int blk = it >> 1;
+    const qd_u4 qv = qd_ld128(wrow + 16 * it), xa = qd_ld128((const uint8_t *)xq + 16 * it);
+    int s = qd_dp4a(qv.x, xa.x, 0);
+    s = qd_dp4a(qv.y, xa.y, s);
+    s = qd_dp4a(qv.z, xa.z, s);
+    s = qd_dp4a(qv.w, xa.w, s);
+    const float d = qd_h2f(qd_ld16(wrow + 32 * nb + 2 * blk)) * xd[blk];
     return d * (float)s;
 }
 
