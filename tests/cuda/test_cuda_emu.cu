@@ -64,7 +64,7 @@ static void check(int wtype, int rows, int k)
     int nit;   /* items a row */
     switch (wtype) {
     case QTYPE_Q4_K: item = qd_block_q4_K; nit = nb; break;   /* a block an item */
-    case QTYPE_Q5_K: item = qd_item_q5_K; nit = nb * QD_Q5K_ITEMS; break;
+    case QTYPE_Q5_K: item = qd_block_q5_K; nit = nb; break;
     case QTYPE_Q6_K: item = qd_item_q6_K; nit = nb * QD_Q6K_ITEMS; break;
     case QTYPE_Q4_0: item = qd_item_q4_0; nit = nb * QD_Q40_ITEMS; break;
     case QTYPE_Q5_0: item = qd_item_q5_0; nit = nb * QD_Q50_ITEMS; break;

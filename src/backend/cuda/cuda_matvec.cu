@@ -470,7 +470,8 @@ __device__ __forceinline__ int stage_tile(uint8_t *s, const uint8_t *g, size_t n
  * from global memory), WAL / XAL the alignment weights / activation rows
  * need. */
 /* U: the items a lane of the direct kernels has in flight (unrolled) per
- * pass, MVD_U, or 1 where an item is a whole Q4_K block (144 bytes). */
+ * pass, MVD_U, or 1 where an item is a whole Q4_K / Q5_K block (144 / 176
+ * bytes). */
 #define MVD_U 4
 enum { MV_ACT_Q8K, MV_ACT_Q80, MV_ACT_Q81, MV_ACT_RAW };
 template <int QT> struct mv_traits;
@@ -478,7 +479,7 @@ template <> struct mv_traits<QTYPE_Q4_K> {
     enum { BE = 256, BB = CQ4_K_BYTES, IPB = 1, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4, U = 1 };   /* qd_block_q4_K */
 };
 template <> struct mv_traits<QTYPE_Q5_K> {
-    enum { BE = 256, BB = QD_Q5K_BYTES, IPB = QD_Q5K_ITEMS, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4, U = MVD_U };
+    enum { BE = 256, BB = QD_Q5K_BYTES, IPB = 1, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4, U = 1 };   /* qd_block_q5_K */
 };
 template <> struct mv_traits<QTYPE_Q6_K> {
     enum { BE = 256, BB = CQ6_K_BYTES, IPB = QD_Q6K_ITEMS, ACT = MV_ACT_Q8K, WAL = 2, XAL = 4, U = MVD_U };
@@ -520,7 +521,7 @@ __device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, con
 {
     if (QT == CUDA_Q8_0_SPLIT) return qd_item_q8_0s(w, xq, xd, nb, it);
     if (QT == QTYPE_Q4_K) return qd_block_q4_K(w, xq, xd, xbs, it);
-    if (QT == QTYPE_Q5_K) return qd_item_q5_K(w, xq, xd, xbs, it);
+    if (QT == QTYPE_Q5_K) return qd_block_q5_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q6_K) return qd_item_q6_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q4_0) return qd_item_q4_0(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q5_0) return qd_item_q5_0(w, xq, xd, xbs, it);
@@ -828,8 +829,9 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
  * R), n_items). */
 /* 4 CTAs an SM (64 registers), F32 2: left at 2, ptxas gives split Q8_0
  * rows 81 registers (88 allocated: 2 CTAs an SM, against 4 for Q8_0's
- * 56; the prefill measured 0.945x the Q8_0 rows', session 11), Q6_K,
- * Q5_K, Q4_1 and Q5_1 72 (3 CTAs); capped, none spills (F32 would: 96). */
+ * 56; the prefill measured 0.945x the Q8_0 rows', session 11), Q4_K's and
+ * Q5_K's block items 128, Q6_K, Q4_1 and Q5_1 72 (3 CTAs); capped, none
+ * spills (F32 would: 96). */
 template <int QT>
 __global__ void __launch_bounds__(32 * MVD_WARPS, QT == QTYPE_F32 ? 2 : 4)
 k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
