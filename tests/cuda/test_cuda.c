@@ -211,6 +211,20 @@ static double check_matvec(int wtype, int64_t rows, int64_t k, int real_quant)
     printf("  matvec %-4s %6lld x %-5lld %s: NMSE %.3g, max rel %.3g\n", qtype_name(wtype), (long long)rows,
            (long long)k, real_quant ? "quantized " : "random blk", nm, max_rel(y, ref, rows));
     CHECK_MSG(nm < 1e-10, "%s %lldx%lld: NMSE %.3g", qtype_name(wtype), (long long)rows, (long long)k, nm);
+    if (wtype == QTYPE_Q8_0 && k % 256 == 0) {   /* split rows: the Q8_0 matvec's outputs bit for bit */
+        float *ys = xmalloc(sizeof(float) * rows);
+        uint8_t *dws = dev_from(w, rb * rows);
+        CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * rows, &e) == 0);
+        CHECK_MSG(cuda_repack_q8_0(g_cu, dws, rows, k, &e) == 0, "%s", e.msg);
+        CHECK_MSG(cuda_matvec(g_cu, CUDA_Q8_0_SPLIT, dws, rows, k, dxq, dy, &e) == 0, "%s", e.msg);
+        CHECK_MSG(cuda_download(g_cu, ys, dy, sizeof(float) * rows, &e) == 0, "%s", e.msg);
+        const int same = memcmp(ys, y, sizeof(float) * rows) == 0;
+        printf("  matvec q8_0 split rows %6lld x %-5lld: %s\n", (long long)rows, (long long)k,
+               same ? "bit-identical to q8_0" : "DIFFERS");
+        CHECK_MSG(same, "q8_0 split %lldx%lld differs from q8_0", (long long)rows, (long long)k);
+        cuda_free(g_cu, dws);
+        free(ys);
+    }
     cuda_free(g_cu, dw); cuda_free(g_cu, dx); cuda_free(g_cu, dxq); cuda_free(g_cu, dy);
     free(w); free(x); free(xq); free(ref); free(y);
     return nm;
@@ -433,6 +447,22 @@ TEST(test_matmul)
                    (long long)rows, (long long)k, bad || touched ? "DIFFERS" : "bit-identical to the matvec");
             CHECK_MSG(bad == 0 && touched == 0, "%s matmul %lldx%lld: %d outputs differ from the matvec, %d stray writes",
                       qtype_name(wtype), (long long)rows, (long long)k, bad, touched);
+            if (wtype == QTYPE_Q8_0 && k % 256 == 0) {   /* split rows (a stack of whole rows: ms = rb * rows) */
+                uint8_t *dws = dev_from(w, ms * NMAT);
+                float *ys = xmalloc(sizeof(float) * ny);
+                CHECK_MSG(cuda_repack_q8_0(g_cu, dws, rows * NMAT, k, &e) == 0, "%s", e.msg);
+                CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * ny, &e) == 0);
+                a.wtype = CUDA_Q8_0_SPLIT;
+                a.w = dws;
+                CHECK_MSG(cuda_matmul(g_cu, &a, &e) == 0, "%s", e.msg);
+                CHECK(cuda_download(g_cu, ys, dy, sizeof(float) * ny, &e) == 0);
+                const int same = memcmp(ys, y, sizeof(float) * ny) == 0;
+                printf("  matmul q8_0 split rows %lld x %lld: %s\n", (long long)rows, (long long)k,
+                       same ? "bit-identical to q8_0" : "DIFFERS");
+                CHECK_MSG(same, "q8_0 split matmul %lldx%lld differs from q8_0", (long long)rows, (long long)k);
+                cuda_free(g_cu, dws);
+                free(ys);
+            }
             cuda_free(g_cu, dw); cuda_free(g_cu, dx); cuda_free(g_cu, dxq); cuda_free(g_cu, dids);
             cuda_free(g_cu, drow); cuda_free(g_cu, doff); cuda_free(g_cu, dy); cuda_free(g_cu, dr);
             free(w); free(wf); free(x); free(y); free(ref);
@@ -627,6 +657,54 @@ TEST(test_router)
     check_router(60, 4, 3);
 }
 
+/* ids_early on a real programmatic-dependent chain: the router's top-k
+ * writes the ids, a quantizer runs, then the batched matvec reads the ids
+ * before its dependency wait (two launches back). Rounds with new logits
+ * each, so an id read too early (the last round's) would pick other
+ * matrices: every round's outputs must equal the same launch with
+ * ids_early = 0, bit for bit. */
+TEST(test_ids_early)
+{
+    enum { NE = 64, K = 8, ROWS = 96, KW = 512, ROUNDS = 6 };
+    const qtype_info *qi = qtype_get(QTYPE_Q4_K);
+    const size_t rb = (size_t)(KW / qi->blck) * qi->type_size, ms = rb * ROWS;
+    uint8_t *w = xmalloc(ms * NE);
+    float *wf = xmalloc(sizeof(float) * KW), *x = xmalloc(sizeof(float) * KW), *lg = xmalloc(sizeof(float) * NE);
+    err e = {0};
+    for (int r = 0; r < ROWS * NE; r++) {
+        for (int i = 0; i < KW; i++) wf[i] = frand() * 0.05f;
+        quant_quantize(QTYPE_Q4_K, wf, w + (size_t)r * rb, KW, &e);
+    }
+    for (int i = 0; i < KW; i++) x[i] = frand();
+    uint8_t *dw = dev_from(w, ms * NE);
+    float *dx = dev_from(x, sizeof(float) * KW), *dlg = dev_alloc(sizeof(float) * NE);
+    void *dxq = dev_alloc(cuda_act_bytes(QTYPE_Q4_K, KW));
+    int32_t *dids = dev_alloc(sizeof(int32_t) * K);
+    float *dwt = dev_alloc(sizeof(float) * K), *dy[2] = { dev_alloc(sizeof(float) * ROWS * K), dev_alloc(sizeof(float) * ROWS * K) };
+    float *y[2] = { xmalloc(sizeof(float) * ROWS * K), xmalloc(sizeof(float) * ROWS * K) };
+    int bad = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int i = 0; i < NE; i++) lg[i] = frand() * 4.0f;
+        CHECK(cuda_upload(g_cu, dlg, lg, sizeof(float) * NE, &e) == 0);
+        for (int early = 1; early >= 0; early--) {
+            CHECK_MSG(cuda_router_topk(g_cu, dlg, NE, K, 1, dids, dwt, &e) == 0, "%s", e.msg);
+            CHECK_MSG(cuda_act_quant(g_cu, QTYPE_Q4_K, dx, dxq, KW, 1, &e) == 0, "%s", e.msg);
+            const cuda_matvec_args a = {
+                .wtype = QTYPE_Q4_K, .w = dw, .w_stride = ms, .ids = dids, .rows = ROWS, .k = KW, .n_batch = K,
+                .xq = dxq, .y = dy[early], .y_stride = ROWS, .ids_early = early,
+            };
+            CHECK_MSG(cuda_matvec_batch(g_cu, &a, &e) == 0, "%s", e.msg);
+        }
+        for (int i = 0; i < 2; i++) CHECK(cuda_download(g_cu, y[i], dy[i], sizeof(float) * ROWS * K, &e) == 0);
+        bad += memcmp(y[0], y[1], sizeof(float) * ROWS * K) != 0;
+    }
+    printf("  ids_early after top-k and a quantizer: %d of %d rounds differ\n", bad, ROUNDS);
+    CHECK_MSG(bad == 0, "ids_early: %d of %d rounds differ from the launch that waits", bad, ROUNDS);
+    cuda_free(g_cu, dw); cuda_free(g_cu, dx); cuda_free(g_cu, dlg); cuda_free(g_cu, dxq); cuda_free(g_cu, dids);
+    cuda_free(g_cu, dwt); cuda_free(g_cu, dy[0]); cuda_free(g_cu, dy[1]);
+    free(w); free(wf); free(x); free(lg); free(y[0]); free(y[1]);
+}
+
 TEST(test_errors)
 {
     err e = {0};
@@ -640,6 +718,13 @@ TEST(test_errors)
     err_clear(&e);
     CHECK(cuda_act_quant(g_cu, QTYPE_Q3_K, NULL, NULL, 256, 1, &e) == ERR_UNSUPPORTED);
     CHECK(cuda_act_bytes(QTYPE_Q4_K, 100) == 0);
+    /* split Q8_0 rows: k a multiple of 256, 16-byte aligned weights */
+    CHECK(cuda_repack_q8_0(g_cu, (void *)(uintptr_t)256, 4, 288, &e) == ERR_USAGE);
+    err_clear(&e);
+    CHECK(cuda_repack_q8_0(g_cu, (void *)(uintptr_t)258, 4, 256, &e) == ERR_USAGE);
+    err_clear(&e);
+    CHECK(cuda_matvec(g_cu, CUDA_Q8_0_SPLIT, (const void *)(uintptr_t)256, 8, 288, NULL, NULL, &e) == ERR_USAGE);
+    err_clear(&e);
     /* the step probe: a bad count, and a persistent grid that cannot be resident */
     float us = -1.f;
     CHECK(cuda_step_probe(g_cu, 0, 0, 10, &us, &e) == ERR_USAGE && us == 0.f);
@@ -820,6 +905,7 @@ int main(int argc, char **argv)
     RUN(test_rmsnorm_quant_shapes);
     RUN(test_swiglu);
     RUN(test_router);
+    RUN(test_ids_early);
     if (cuda_sync(g_cu, &e)) { fprintf(stderr, "cuda: %s\n", e.msg); test_g.failed++; }
     cuda_close(g_cu);
     return test_summary("cuda");

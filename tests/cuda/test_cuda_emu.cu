@@ -63,8 +63,8 @@ static void check(int wtype, int rows, int k)
     item_fn item;
     int nit;   /* items a row */
     switch (wtype) {
-    case QTYPE_Q4_K: item = qd_item_q4_K; nit = nb * QD_Q4K_ITEMS; break;
-    case QTYPE_Q5_K: item = qd_item_q5_K; nit = nb * QD_Q5K_ITEMS; break;
+    case QTYPE_Q4_K: item = qd_block_q4_K; nit = nb; break;   /* a block an item */
+    case QTYPE_Q5_K: item = qd_block_q5_K; nit = nb; break;
     case QTYPE_Q6_K: item = qd_item_q6_K; nit = nb * QD_Q6K_ITEMS; break;
     case QTYPE_Q4_0: item = qd_item_q4_0; nit = nb * QD_Q40_ITEMS; break;
     case QTYPE_Q5_0: item = qd_item_q5_0; nit = nb * QD_Q50_ITEMS; break;
@@ -118,6 +118,24 @@ static void check(int wtype, int rows, int k)
         const float ref = ops.dot(k, w + r * rb, xq);
         num += ((double)lane_acc[0] - ref) * ((double)lane_acc[0] - ref);
         den += (double)ref * ref;
+    }
+    if (wtype == QTYPE_Q8_0 && k % 256 == 0) {   /* split rows (cuda_repack_q8_0's layout): the same items bit for bit */
+        uint8_t *sw = (uint8_t *)malloc(rb);
+        int bad = 0;
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *row = w + r * rb;
+            for (int b = 0; b < nb; b++) {
+                memcpy(sw + 32 * b, row + 34 * b + 2, 32);
+                memcpy(sw + 32 * nb + 2 * b, row + 34 * b, 2);
+            }
+            for (int it = 0; it < nit; it++) {
+                const float a = qd_item_q8_0(row, xs, sxd, sxbs, it), b = qd_item_q8_0s(sw, xs, sxd, nb, it);
+                bad += memcmp(&a, &b, sizeof a) != 0;
+            }
+        }
+        printf("  emu q8_0 split rows %d x %d: %d items differ\n", rows, k, bad);
+        CHECK_MSG(bad == 0, "q8_0 split rows: %d items differ from q8_0's", bad);
+        free(sw);
     }
     const double nm = num / den;
     printf("  emu %-4s %4d x %-5d NMSE %.3g\n", qtype_name(wtype), rows, k, nm);

@@ -219,7 +219,8 @@ int  cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g_dev, const flo
  * row when 4 rows exceed 64 KB) plus the unpacked activation must fit in
  * the device's shared memory (k up to about 100000 for Q8_0, 58000 for F32). Enqueued. */
 typedef struct cuda_matvec_args {
-    int            wtype;     /* QTYPE_Q4_K/Q5_K/Q6_K/Q8_0/Q4_0/Q5_0/Q4_1/Q5_1/F32/F16/BF16 (qtype.h ids) */
+    int            wtype;     /* QTYPE_Q4_K/Q5_K/Q6_K/Q8_0/Q4_0/Q5_0/Q4_1/Q5_1/F32/F16/BF16 (qtype.h ids),
+                                 or CUDA_Q8_0_SPLIT (below) */
     const void    *w;         /* device */
     size_t         w_stride;  /* bytes from matrix m to m + 1 */
     const int32_t *ids;       /* device, n_batch entries, or NULL */
@@ -232,6 +233,10 @@ typedef struct cuda_matvec_args {
     const void    *w2;        /* device, or NULL: a second matrix set (see above) */
     float         *y2;        /* device: w2's outputs, laid out as y */
     const float   *add;       /* device, or NULL: y = dot + add (same indexing as y) */
+    int            ids_early; /* ids were written by a kernel two or more launches
+                                 before this one on the stream (or before a copy):
+                                 the direct kernel reads them, and prefetches the
+                                 rows they pick into L2, before its dependency wait */
 } cuda_matvec_args;
 
 int  cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e);
@@ -274,6 +279,17 @@ typedef struct cuda_matmul_args {
     float         *y;         /* device */
 } cuda_matmul_args;
 int  cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e);
+/* Q8_0 matrices in split rows: cuda_repack_q8_0 rewrites, in place, each
+ * of `rows` rows of k weights (k a multiple of 256, so that every row of
+ * 34 k / 32 bytes stays 16-byte aligned; w 16-byte aligned) as its k int8
+ * quants followed by its k / 32 f16 scales. cuda_matvec, cuda_matvec_batch
+ * and cuda_matmul take such a matrix as wtype CUDA_Q8_0_SPLIT (with Q8_0's
+ * activations: cuda_act_quant with QTYPE_Q8_0) and give bit for bit what
+ * the Q8_0 rows give, with a 16-byte load where Q8_0's 2-byte-aligned
+ * blocks need eight. Not a ggml type: nothing else reads such rows.
+ * Enqueued. */
+#define CUDA_Q8_0_SPLIT 1008
+int  cuda_repack_q8_0(cuda_ctx *c, void *w_dev, int64_t rows, int64_t k, err *e);
 /* One matrix: y[r] = dot(row r of w, xq) for r < rows. */
 int  cuda_matvec(cuda_ctx *c, int wtype, const void *w_dev, int64_t rows, int64_t k, const void *xq_dev,
                  float *y_dev, err *e);

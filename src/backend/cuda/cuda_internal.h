@@ -57,8 +57,12 @@ static inline int cuda_launch_check(err *e, const char *what)
  * every kernel of this folder: pdl_enter() is its first statement, before
  * any global memory access. Two exceptions: k_attn reads the position,
  * written two or more launches back, and issues L2 prefetches first;
- * k_matvec_direct, for a matrix chosen by its arguments alone (no ids),
- * prefetches that matrix's rows into L2 first. A prefetch reads nothing
+ * k_matvec_direct, for a matrix chosen by its arguments alone (no ids) or
+ * by ids written two or more launches back (cuda_matvec_args.ids_early),
+ * prefetches that matrix's rows into L2 first. Reading data written two
+ * or more launches back before the wait is safe: this grid launched only
+ * after every CTA of the previous grid had passed its own wait, so the
+ * grid before that had completed and its writes were visible. A prefetch reads nothing
  * into the program, so it cannot observe a write it should have waited for.
  * griddepcontrol.wait returns once the previous grid has completed and its
  * writes are visible (transitively: that grid itself waited for its

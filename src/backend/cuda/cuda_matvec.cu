@@ -404,6 +404,40 @@ extern "C" int cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g, con
     return launch_quant<1>(c, wtype, g, u, (uint8_t *)xq, n, rows, e);
 }
 
+/* ==== Q8_0 split rows ====
+ * In place, a CTA a row at a time: the row's 34 nb bytes to shared memory,
+ * then its quants (block b's 32 at 32 b) and its scales (block b's f16 at
+ * 32 nb + 2 b) back. Why: a Q8_0 row's blocks are 34 bytes, so half of
+ * them start at 2 mod 4 and qd_item_q8_0 reads its 16 quants as 8
+ * halfwords; split, an item is one 16-byte load (qd_item_q8_0s). */
+__global__ void k_repack_q8_0(uint8_t *w, int64_t rows, int nb)
+{
+    pdl_enter();
+    extern __shared__ __align__(16) uint8_t srow[];
+    const int rb = nb * CQ8_0_BYTES;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        uint8_t *row = w + (size_t)r * rb;
+        for (int i = threadIdx.x; i < rb; i += blockDim.x) srow[i] = row[i];
+        __syncthreads();
+        for (int i = threadIdx.x; i < 32 * nb; i += blockDim.x) row[i] = srow[CQ8_0_BYTES * (i >> 5) + 2 + (i & 31)];
+        for (int i = threadIdx.x; i < 2 * nb; i += blockDim.x) row[32 * nb + i] = srow[CQ8_0_BYTES * (i >> 1) + (i & 1)];
+        __syncthreads();
+    }
+}
+
+extern "C" int cuda_repack_q8_0(cuda_ctx *c, void *w, int64_t rows, int64_t k, err *e)
+{
+    const int64_t rb = k / 32 * CQ8_0_BYTES;
+    if (!w || rows <= 0 || rows > INT_MAX || k <= 0 || k % 256 || ((uintptr_t)w & 15))
+        return err_setf(e, ERR_USAGE, "cuda_repack_q8_0: rows=%lld k=%lld (k a multiple of 256, 16-byte aligned "
+                        "weights)", (long long)rows, (long long)k);
+    if (rb > 48 * 1024)   /* the dynamic shared memory a launch has without opting in */
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_repack_q8_0: k=%lld: a row of %lld bytes exceeds 48 KB of shared memory",
+                        (long long)k, (long long)rb);
+    const unsigned grid = (unsigned)(rows < 4096 ? rows : 4096);
+    return cuda_launch(c, k_repack_q8_0, grid, 256, (size_t)rb, e, "repack q8_0", (uint8_t *)w, rows, (int)(k / 32));
+}
+
 /* ==== Matvec ==== */
 
 __device__ __forceinline__ void cp_async16(void *s, const void *g)
@@ -445,49 +479,62 @@ __device__ __forceinline__ int stage_tile(uint8_t *s, const uint8_t *g, size_t n
  * read (unpacked from Q8_K, Q8_0 or Q8_1 blocks into shared memory, or RAW
  * from global memory), WAL / XAL the alignment weights / activation rows
  * need. */
+/* U: the items a lane of the direct kernels has in flight (unrolled) per
+ * pass, MVD_U, or 1 where an item is a whole Q4_K / Q5_K block (144 / 176
+ * bytes). */
+#define MVD_U 4
 enum { MV_ACT_Q8K, MV_ACT_Q80, MV_ACT_Q81, MV_ACT_RAW };
 template <int QT> struct mv_traits;
 template <> struct mv_traits<QTYPE_Q4_K> {
-    enum { BE = 256, BB = CQ4_K_BYTES, IPB = QD_Q4K_ITEMS, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4 };
+    enum { BE = 256, BB = CQ4_K_BYTES, IPB = 1, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4, U = 1 };   /* qd_block_q4_K */
 };
 template <> struct mv_traits<QTYPE_Q5_K> {
-    enum { BE = 256, BB = QD_Q5K_BYTES, IPB = QD_Q5K_ITEMS, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4 };
+    enum { BE = 256, BB = QD_Q5K_BYTES, IPB = 1, ACT = MV_ACT_Q8K, WAL = 16, XAL = 4, U = 1 };   /* qd_block_q5_K */
 };
 template <> struct mv_traits<QTYPE_Q6_K> {
-    enum { BE = 256, BB = CQ6_K_BYTES, IPB = QD_Q6K_ITEMS, ACT = MV_ACT_Q8K, WAL = 2, XAL = 4 };
+    enum { BE = 256, BB = CQ6_K_BYTES, IPB = QD_Q6K_ITEMS, ACT = MV_ACT_Q8K, WAL = 2, XAL = 4, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_Q8_0> {
-    enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
+    enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2, U = MVD_U };
+};
+/* split Q8_0: U = 8, so Wo (K = 4096: 256 items a row over 32 lanes) loads a
+ * lane's 8 items in one pass, one round trip instead of two (its grid is
+ * 256 CTAs, 2 an SM: latency-bound, ncu session 10: 22% issue slots busy) */
+template <> struct mv_traits<CUDA_Q8_0_SPLIT> {   /* rows 16-byte aligned: k a multiple of 256 */
+    enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 16, XAL = 2, U = 8 };
 };
 template <> struct mv_traits<QTYPE_Q4_0> {
-    enum { BE = 32, BB = QD_Q40_BYTES, IPB = QD_Q40_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
+    enum { BE = 32, BB = QD_Q40_BYTES, IPB = QD_Q40_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_Q5_0> {
-    enum { BE = 32, BB = QD_Q50_BYTES, IPB = QD_Q50_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2 };
+    enum { BE = 32, BB = QD_Q50_BYTES, IPB = QD_Q50_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_Q4_1> {
-    enum { BE = 32, BB = QD_Q41_BYTES, IPB = QD_Q41_ITEMS, ACT = MV_ACT_Q81, WAL = 2, XAL = 2 };
+    enum { BE = 32, BB = QD_Q41_BYTES, IPB = QD_Q41_ITEMS, ACT = MV_ACT_Q81, WAL = 2, XAL = 2, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_Q5_1> {
-    enum { BE = 32, BB = QD_Q51_BYTES, IPB = QD_Q51_ITEMS, ACT = MV_ACT_Q81, WAL = 2, XAL = 2 };
+    enum { BE = 32, BB = QD_Q51_BYTES, IPB = QD_Q51_ITEMS, ACT = MV_ACT_Q81, WAL = 2, XAL = 2, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_F32> {
-    enum { BE = QD_F32_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16 };
+    enum { BE = QD_F32_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_F16> {
-    enum { BE = QD_F16_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16 };
+    enum { BE = QD_F16_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_BF16> {
-    enum { BE = QD_F16_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16 };
+    enum { BE = QD_F16_PER_ITEM, BB = 16, IPB = 1, ACT = MV_ACT_RAW, WAL = 16, XAL = 16, U = MVD_U };
 };
 
 /* xq: the unpacked int8 quants in shared memory, or (RAW) the activation
- * row in global memory */
+ * row in global memory; nb: the row's blocks (split rows find their scales
+ * with it) */
 template <int QT>
-__device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+__device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, const float *xd, const int16_t *xbs, int it,
+                                         int nb)
 {
-    if (QT == QTYPE_Q4_K) return qd_item_q4_K(w, xq, xd, xbs, it);
-    if (QT == QTYPE_Q5_K) return qd_item_q5_K(w, xq, xd, xbs, it);
+    if (QT == CUDA_Q8_0_SPLIT) return qd_item_q8_0s(w, xq, xd, nb, it);
+    if (QT == QTYPE_Q4_K) return qd_block_q4_K(w, xq, xd, xbs, it);
+    if (QT == QTYPE_Q5_K) return qd_block_q5_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q6_K) return qd_item_q6_K(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q4_0) return qd_item_q4_0(w, xq, xd, xbs, it);
     if (QT == QTYPE_Q5_0) return qd_item_q5_0(w, xq, xd, xbs, it);
@@ -532,13 +579,15 @@ __device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s
 }
 
 /* The optional parts of a launch (cuda_matvec_args): a second matrix set
- * (W2, y2: blockIdx.y >= n_batch takes matrix b - n_batch of it) and a
+ * (W2, y2: blockIdx.y >= n_batch takes matrix b - n_batch of it), a
  * residual added to each output (y[o] = dot + add[o], add may alias y:
- * each element is read and written by the one thread that owns it). */
+ * each element is read and written by the one thread that owns it), and
+ * ids_early (the ids may be read before the dependency wait). */
 struct mv_ext {
     const uint8_t *W2;
     float         *y2;
     const float   *add;
+    int            ids_early;
 };
 
 __device__ __forceinline__ int mv_pick(const mv_ext &ex, const uint8_t *__restrict__ *W, float **y)
@@ -595,7 +644,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
         for (int i = warp; i < nr; i += MV_WARPS) {
             const uint8_t *wrow = tile + shift + (size_t)i * rb;
             float acc = 0.f;
-            for (int it = lane; it < nit; it += 32) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it);
+            for (int it = lane; it < nit; it += 32) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it, nb);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
             if (lane == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
@@ -606,7 +655,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
     float acc = 0.f;
     if (i < nr) {   /* warp-uniform */
         const uint8_t *wrow = tile + shift + (size_t)i * rb;
-        for (int it = lane + 32 * part; it < nit; it += 32 * wpr) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it);
+        for (int it = lane + 32 * part; it < nit; it += 32 * wpr) acc += mv_item<QT>(wrow, xs, sxd, sxbs, it, nb);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -651,7 +700,6 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
  * Item order and float sums per lane are fixed (u ascending, then the
  * shuffle tree): results are deterministic run to run. */
 #define MVD_WARPS 8
-#define MVD_U 4
 
 /* L2 prefetch of a CTA's rows: the lines that hold a byte of [g, g + n),
  * never past it. */
@@ -667,10 +715,10 @@ __device__ __forceinline__ void mvd_prefetch_l2(const uint8_t *g, size_t n)
  * it) and R (one CTA pass of rows, doubled while the tile stays <= 32 KB,
  * amortizing the activation unpack, and the grid still has >= 4 CTAs per
  * SM). */
-static void mvd_geometry(const cuda_ctx *c, int64_t nit, int rows, int rb, int64_t nbat, int *lg_s, int *R)
+static void mvd_geometry(const cuda_ctx *c, int64_t nit, int u, int rows, int rb, int64_t nbat, int *lg_s, int *R)
 {
     int s = 0;
-    while (s < 5 && ((int64_t)MVD_U << s) < nit) s++;
+    while (s < 5 && ((int64_t)u << s) < nit) s++;
     int r = MVD_WARPS * (32 >> s);
     while (r < 256 && (int64_t)2 * r * rb <= 32768 &&
            (int64_t)((rows + 2 * r - 1) / (2 * r)) * nbat >= 4 * (int64_t)c->info.sm_count)
@@ -679,6 +727,29 @@ static void mvd_geometry(const cuda_ctx *c, int64_t nit, int rows, int rb, int64
     *R = r;
 }
 
+/* The direct kernels' lanes: S = 2^lg_s lanes a row, rpw = 32 / S rows a
+ * warp, and the lanes of one row rpw apart (lane = sl * rpw + row, sl the
+ * lane's place in its row). So the 8 lanes of a quarter-warp (one phase
+ * of a 16-byte shared-memory load) are rpw rows reading the same
+ * activation bytes (a broadcast) at 8 / rpw items, where 8 lanes of one
+ * row read 8 items whose 16-byte chunks fall in the same banks (Q4_K:
+ * 3.8-way conflicts, ncu, session 10). A warp's global loads are the same
+ * set of addresses either way. mvd_reduce's shuffles pair the same sl as
+ * the row-major mapping's (xor o * rpw on the lane is xor o on sl), so the
+ * sums are unchanged bit for bit. Float weights (RAW activations, read from
+ * global memory, no banks) keep the row-major lanes (lane = row * S + sl):
+ * transposed, the F32 kernel spills. TR: transposed. */
+template <int QT> struct mvd_tr { enum { TR = mv_traits<QT>::ACT != MV_ACT_RAW }; };
+template <int QT> __device__ __forceinline__ float mvd_reduce(float acc, int S, int lg_s)
+{
+    for (int o = S >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, mvd_tr<QT>::TR ? o << (5 - lg_s) : o);
+    return acc;
+}
+
+/* A matvec weight type's name for messages (the split Q8_0 layout is not
+ * a ggml type). */
+static const char *mv_type_name(int wtype) { return wtype == CUDA_Q8_0_SPLIT ? "q8_0 (split rows)" : qtype_name(wtype); }
+
 /* The shape and alignment every matvec/matmul launch needs (name: the
  * caller's, for the message; n: its batch or item count). */
 template <int QT>
@@ -686,13 +757,14 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
                     size_t x_stride, err *e)
 {
     typedef mv_traits<QT> T;
-    if (k <= 0 || k % T::BE || k > INT_MAX / 8 || rows <= 0 || rows > INT_MAX || n <= 0 || n > 65535)
+    const int kal = QT == CUDA_Q8_0_SPLIT ? 256 : (int)T::BE;   /* split rows: 16-byte aligned */
+    if (k <= 0 || k % kal || k > INT_MAX / 8 || rows <= 0 || rows > INT_MAX || n <= 0 || n > 65535)
         return err_setf(e, ERR_USAGE, "%s: bad shape rows=%lld k=%lld batch=%d (%s: k a multiple of %d)", name,
-                        (long long)rows, (long long)k, n, qtype_name(QT), (int)T::BE);
+                        (long long)rows, (long long)k, n, mv_type_name(QT), kal);
     const uintptr_t wal = T::WAL - 1, xal = T::XAL - 1;
     if ((((uintptr_t)w | (uintptr_t)w_stride) & wal) || (((uintptr_t)xq | (uintptr_t)x_stride) & xal))
         return err_setf(e, ERR_USAGE, "%s: %s weights need %d-byte and activations %d-byte alignment", name,
-                        qtype_name(QT), (int)T::WAL, (int)T::XAL);
+                        mv_type_name(QT), (int)T::WAL, (int)T::XAL);
     return 0;
 }
 
@@ -710,15 +782,24 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     const int b = mv_pick(ex, &W, &y);   /* kernel arguments only */
     const int r0 = blockIdx.x * R;
     const int nr = min(R, rows - r0);
-    /* A matrix chosen by the batch index alone (no ids) is known before
-     * the wait on the previous kernel: its rows are prefetched into L2
-     * first, so their HBM latency overlaps that kernel's tail (a prefetch
-     * reads nothing into the program: see pdl_enter's contract). */
-    if (!ids) mvd_prefetch_l2(W + (size_t)b * w_stride + (size_t)r0 * rb, (size_t)nr * rb);
+    /* A matrix chosen by the batch index alone (no ids), or by ids written
+     * two or more launches back (ex.ids_early: the down projection's, by
+     * the router's top-k before gate+up and the SwiGLU quantizer), is known
+     * before the wait on the previous kernel: its rows are prefetched into
+     * L2 first, so their HBM latency overlaps that kernel's run (a prefetch
+     * reads nothing into the program: see pdl_enter's contract; the early
+     * ids load is __ldcg, from L2, where the completed grid that wrote
+     * them left them). */
+    const bool early = !ids || ex.ids_early;
+    int mat = b;
+    if (early) {
+        if (ids) mat = __ldcg(ids + b);
+        mvd_prefetch_l2(W + (size_t)mat * w_stride + (size_t)r0 * rb, (size_t)nr * rb);
+    }
     pdl_enter();
-    const int mat = ids ? ids[b] : b;
+    if (!early) mat = ids[b];
     const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
-    if (ids) mvd_prefetch_l2(g, (size_t)nr * rb);
+    if (!early) mvd_prefetch_l2(g, (size_t)nr * rb);
 
     float *sxd;
     int16_t *sxbs;
@@ -726,10 +807,11 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int S = 1 << lg_s, sl = lane & (S - 1), rpw = 32 >> lg_s;
+    const int S = 1 << lg_s, rpw = 32 >> lg_s;
+    const int sl = mvd_tr<QT>::TR ? lane >> (5 - lg_s) : lane & (S - 1);
     /* the loop bound is warp-uniform (base), so every lane reaches the shuffles */
     for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
-        const int i = base + (lane >> lg_s);
+        const int i = base + (mvd_tr<QT>::TR ? lane & (rpw - 1) : lane >> lg_s);
         const bool ok = i < nr;
         /* branch-free body: a lane past the last row or item recomputes a
          * valid one (row nr - 1, item nit - 1: lines other lanes load
@@ -737,15 +819,15 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
          * items' loads can all be scheduled ahead of the arithmetic */
         const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
         float acc = 0.f;
-        for (int c = 0; c < nit; c += S * MVD_U) {
+        for (int c = 0; c < nit; c += S * T::U) {
 #pragma unroll
-            for (int u = 0; u < MVD_U; u++) {
+            for (int u = 0; u < T::U; u++) {
                 const int it = c + sl + S * u;
-                const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1));
+                const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1), nb);
                 acc += it < nit ? v : 0.f;
             }
         }
-        for (int o = S >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        acc = mvd_reduce<QT>(acc, S, lg_s);
         if (ok && sl == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
     }
 }
@@ -758,8 +840,13 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
  * additions and shuffles, so every output is the matvec's bit for bit,
  * while the weight bytes are loaded once for all rows. grid: (ceil(rows /
  * R), n_items). */
+/* 4 CTAs an SM (64 registers), F32 2: left at 2, ptxas gives split Q8_0
+ * rows 81 registers (88 allocated: 2 CTAs an SM, against 4 for Q8_0's
+ * 56; the prefill measured 0.945x the Q8_0 rows', session 11), Q4_K's and
+ * Q5_K's block items 128, Q6_K, Q4_1 and Q5_1 72 (3 CTAs); capped, none
+ * spills (F32 would: 96). */
 template <int QT>
-__global__ void __launch_bounds__(32 * MVD_WARPS, 2)
+__global__ void __launch_bounds__(32 * MVD_WARPS, QT == QTYPE_F32 ? 2 : 4)
 k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
                 int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, const int32_t *__restrict__ xrow,
                 const int64_t *__restrict__ yoff, float *y, int act_al)
@@ -790,22 +877,23 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int S = 1 << lg_s, sl = lane & (S - 1), rpw = 32 >> lg_s;
+    const int S = 1 << lg_s, rpw = 32 >> lg_s;
+    const int sl = mvd_tr<QT>::TR ? lane >> (5 - lg_s) : lane & (S - 1);
     for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
-        const int i = base + (lane >> lg_s);
+        const int i = base + (mvd_tr<QT>::TR ? lane & (rpw - 1) : lane >> lg_s);
         const bool ok = i < nr;
         const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
         float acc[CUDA_MM_NB];
 #pragma unroll
         for (int j = 0; j < CUDA_MM_NB; j++) acc[j] = 0.f;
-        for (int c = 0; c < nit; c += S * MVD_U) {
+        for (int c = 0; c < nit; c += S * T::U) {
 #pragma unroll
-            for (int u = 0; u < MVD_U; u++) {
+            for (int u = 0; u < T::U; u++) {
                 const int it = c + sl + S * u, itc = min(it, nit - 1);
 #pragma unroll
                 for (int j = 0; j < CUDA_MM_NB; j++) {
                     if (j < nv) {   /* uniform */
-                        const float v = mv_item<QT>(wrow, s_xs[j], (float *)s_xd[j], (int16_t *)s_xbs[j], itc);
+                        const float v = mv_item<QT>(wrow, s_xs[j], (float *)s_xd[j], (int16_t *)s_xbs[j], itc, nb);
                         acc[j] += it < nit ? v : 0.f;
                     }
                 }
@@ -814,8 +902,7 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
 #pragma unroll
         for (int j = 0; j < CUDA_MM_NB; j++) {
             if (j >= nv) break;
-            float a = acc[j];
-            for (int o = S >> 1; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+            const float a = mvd_reduce<QT>(acc[j], S, lg_s);
             if (ok && sl == 0) y[yoff[(size_t)b * CUDA_MM_NB + j] + r0 + i] = a;
         }
     }
@@ -848,7 +935,7 @@ int cuda_matvec_init(cuda_ctx *c, err *e)
     const int lim = (int)c->info.smem_per_block_optin;
     int r = 0;
     if ((r = mv_attr<QTYPE_Q4_K>(lim, e)) || (r = mv_attr<QTYPE_Q5_K>(lim, e)) || (r = mv_attr<QTYPE_Q6_K>(lim, e)) ||
-        (r = mv_attr<QTYPE_Q8_0>(lim, e)) || (r = mv_attr<QTYPE_Q4_0>(lim, e)) || (r = mv_attr<QTYPE_Q5_0>(lim, e)) ||
+        (r = mv_attr<QTYPE_Q8_0>(lim, e)) || (r = mv_attr<CUDA_Q8_0_SPLIT>(lim, e)) || (r = mv_attr<QTYPE_Q4_0>(lim, e)) || (r = mv_attr<QTYPE_Q5_0>(lim, e)) ||
         (r = mv_attr<QTYPE_Q4_1>(lim, e)) || (r = mv_attr<QTYPE_Q5_1>(lim, e)) || (r = mv_attr<QTYPE_F32>(lim, e)) ||
         (r = mv_attr<QTYPE_F16>(lim, e)) || (r = mv_attr<QTYPE_BF16>(lim, e)))
         return r;
@@ -870,18 +957,18 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
     const uint8_t *w = (const uint8_t *)a->w, *xq = (const uint8_t *)a->xq;
     if (a->w2 && ((uintptr_t)a->w2 & wal))
-        return err_setf(e, ERR_USAGE, "cuda_matvec: %s weights need %d-byte alignment", qtype_name(a->wtype),
+        return err_setf(e, ERR_USAGE, "cuda_matvec: %s weights need %d-byte alignment", mv_type_name(a->wtype),
                         (int)T::WAL);
     if (a->w2 && (!a->y2 || a->add || a->n_batch > 65535 / 2))
         return err_setf(e, ERR_USAGE, "cuda_matvec: a second matrix set needs y2, no add, n_batch <= %d", 65535 / 2);
-    const mv_ext ex = { (const uint8_t *)a->w2, a->y2, a->add };
+    const mv_ext ex = { (const uint8_t *)a->w2, a->y2, a->add, a->ids_early };
     /* the launch's matrices: both sets when there are two */
     const int64_t nbat = a->w2 ? 2 * (int64_t)a->n_batch : a->n_batch;
     if (c->mv_force != 1) {
         if (act + MV_SMEM_STATIC > c->info.smem_per_block_optin)
             return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, act);
         int lg_s, R;
-        mvd_geometry(c, nit, rows, rb, nbat, &lg_s, &R);
+        mvd_geometry(c, nit, T::U, rows, rb, nbat, &lg_s, &R);
         const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
         return cuda_launch(c, k_matvec_direct<QT>, grid, 32 * MVD_WARPS, act, e, "matvec", w, a->w_stride, a->ids, rows,
                            k, R, lg_s, xq, a->x_stride, a->y, a->y_stride, ex);
@@ -920,7 +1007,7 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
     /* the direct kernel's geometry: the same lanes per row, so the same sums */
     int lg_s, R;
-    mvd_geometry(c, nit, rows, rb, a->n_items, &lg_s, &R);
+    mvd_geometry(c, nit, T::U, rows, rb, a->n_items, &lg_s, &R);
     const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_items);
     return cuda_launch(c, k_matmul_direct<QT>, grid, 32 * MVD_WARPS, smem, e, "matmul", (const uint8_t *)a->w,
                        a->w_stride, a->ids, rows, k, R, lg_s, (const uint8_t *)a->xq, a->x_stride, a->xrow, a->yoff,
@@ -934,6 +1021,7 @@ extern "C" int cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     case QTYPE_Q5_K: return mm_run<QTYPE_Q5_K>(c, a, e);
     case QTYPE_Q6_K: return mm_run<QTYPE_Q6_K>(c, a, e);
     case QTYPE_Q8_0: return mm_run<QTYPE_Q8_0>(c, a, e);
+    case CUDA_Q8_0_SPLIT: return mm_run<CUDA_Q8_0_SPLIT>(c, a, e);
     case QTYPE_Q4_0: return mm_run<QTYPE_Q4_0>(c, a, e);
     case QTYPE_Q5_0: return mm_run<QTYPE_Q5_0>(c, a, e);
     case QTYPE_Q4_1: return mm_run<QTYPE_Q4_1>(c, a, e);
@@ -942,7 +1030,7 @@ extern "C" int cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     case QTYPE_F16: return mm_run<QTYPE_F16>(c, a, e);
     case QTYPE_BF16: return mm_run<QTYPE_BF16>(c, a, e);
     default:
-        return err_setf(e, ERR_UNSUPPORTED, "cuda_matmul: weight type %s has no CUDA kernel yet", qtype_name(a->wtype));
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_matmul: weight type %s has no CUDA kernel yet", mv_type_name(a->wtype));
     }
 }
 
@@ -955,6 +1043,7 @@ extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     case QTYPE_Q5_K: return mv_run<QTYPE_Q5_K>(c, a, e);
     case QTYPE_Q6_K: return mv_run<QTYPE_Q6_K>(c, a, e);
     case QTYPE_Q8_0: return mv_run<QTYPE_Q8_0>(c, a, e);
+    case CUDA_Q8_0_SPLIT: return mv_run<CUDA_Q8_0_SPLIT>(c, a, e);
     case QTYPE_Q4_0: return mv_run<QTYPE_Q4_0>(c, a, e);
     case QTYPE_Q5_0: return mv_run<QTYPE_Q5_0>(c, a, e);
     case QTYPE_Q4_1: return mv_run<QTYPE_Q4_1>(c, a, e);
@@ -963,7 +1052,7 @@ extern "C" int cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     case QTYPE_F16: return mv_run<QTYPE_F16>(c, a, e);
     case QTYPE_BF16: return mv_run<QTYPE_BF16>(c, a, e);
     default:
-        return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: weight type %s has no CUDA kernel yet", qtype_name(a->wtype));
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: weight type %s has no CUDA kernel yet", mv_type_name(a->wtype));
     }
 }
 

@@ -82,6 +82,7 @@ static size_t chunk_item_bytes(size_t items)
 typedef struct dmat {
     const uint8_t *d;        /* device */
     int      type;           /* ggml type id */
+    int      mvtype;         /* the matvec's wtype: type, or CUDA_Q8_0_SPLIT once repacked */
     int64_t  rows, k;        /* one matrix: rows of k weights */
     size_t   row_bytes;
     size_t   stride;         /* bytes from matrix m to m + 1 (experts) */
@@ -246,7 +247,7 @@ static int carve_pool(cuda_model *m, carve_fn walk, const void *ctx, const char 
 static int dmat_init(dmat *d, const wtensor *t, const char *name, int layer, err *e)
 {
     memset(d, 0, sizeof *d);
-    d->type = t->type;
+    d->type = d->mvtype = t->type;
     d->k = t->ne[0];
     d->rows = t->ne[1];
     d->row_bytes = (size_t)t->row_bytes;
@@ -281,6 +282,33 @@ static int check_shape(const hparams *hp, const cuda_model_opts *o, err *e)
     if (hp->n_head % hp->n_head_kv)
         return err_setf(e, ERR_FORMAT, "cuda_model: n_head %d not a multiple of n_head_kv %d", hp->n_head,
                         hp->n_head_kv);
+    return 0;
+}
+
+/* A dense Q8_0 matrix that only the matvecs read (not the embedding,
+ * which get_rows reads, nor a head tied to it), in rows of a multiple of
+ * 256 weights: rewritten in place as split rows (cuda_repack_q8_0), its
+ * matvecs then one 16-byte load an item instead of eight 2-byte ones.
+ * Experts are never repacked: the arena's copies come raw from the host. */
+static int repack_one(cuda_model *m, dmat *d, err *e)
+{
+    if (d->type != QTYPE_Q8_0 || d->k % 256) return 0;
+    TRY(cuda_repack_q8_0(m->cu, (void *)d->d, d->rows, d->k, e));
+    d->mvtype = CUDA_Q8_0_SPLIT;
+    return 0;
+}
+
+static int repack_dense(cuda_model *m, const weights *w, err *e)
+{
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        dlayer *dl = &m->layers[l];
+        TRY(repack_one(m, &dl->wq, e));
+        TRY(repack_one(m, &dl->wk, e));
+        TRY(repack_one(m, &dl->wv, e));
+        TRY(repack_one(m, &dl->wo, e));
+        TRY(repack_one(m, &dl->gate_inp, e));
+    }
+    if (w->output.data != w->tok_embd.data) TRY(repack_one(m, &m->output, e));
     return 0;
 }
 
@@ -851,6 +879,7 @@ int cuda_model_open(cuda_model **out, const hparams *hp, const weights *w, const
     if ((rc = chunk_setup(m, e))) goto fail;
     if ((rc = cuda_open(&m->cu, o->device, e))) goto fail;
     if ((rc = carve_pool(m, walk_weights, w, "the weights", &m->wpool, &m->wbytes, e))) goto fail;
+    if ((rc = repack_dense(m, w, e))) goto fail;
     if (m->arena && (rc = carve_pool(m, walk_arena, NULL, "the expert arena", &m->apool, &m->abytes, e))) goto fail;
     if (m->arena) pin_host(m, o, w);
     if ((rc = carve_pool(m, walk_kv, NULL, "the KV cache", &m->kvpool, &m->kvbytes, e))) goto fail;
@@ -935,7 +964,7 @@ static int act_in(cuda_model *m, const dmat *w, const float *x, int rows, const 
 /* y = W xq for one matrix, xq from act_in. */
 static int mvq(cuda_model *m, const dmat *w, const void *xq, float *y, err *e)
 {
-    return cuda_matvec(m->cu, w->type, w->d, w->rows, w->k, xq, y, e);
+    return cuda_matvec(m->cu, w->mvtype, w->d, w->rows, w->k, xq, y, e);
 }
 
 /* y = W x for one matrix, quantizing x first. */
@@ -980,14 +1009,16 @@ static int attn_norm_q8(const dlayer *dl)
 }
 
 /* The k routed experts of stack w (ids m->sel) on input rows xq (x_stride
- * 0: shared), outputs at y + b * y_stride. */
+ * 0: shared), outputs at y + b * y_stride. ids_early: the ids were written
+ * two or more launches before (cuda_matvec_args). */
 static int mv_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_stride, float *y, size_t y_stride,
-                      err *e)
+                      int ids_early, err *e)
 {
     cuda_matvec_args a = {
-        .wtype = w->type, .w = w->d, .w_stride = w->stride, .ids = m->arena ? m->slot_ids : m->sel,
+        .wtype = w->mvtype, .w = w->d, .w_stride = w->stride, .ids = m->arena ? m->slot_ids : m->sel,
         .rows = w->rows, .k = w->k,
         .n_batch = m->hp.n_expert_used, .xq = xq, .x_stride = x_stride, .y = y, .y_stride = y_stride,
+        .ids_early = ids_early,
     };
     return cuda_matvec_batch(m->cu, &a, e);
 }
@@ -1014,7 +1045,7 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, int no
             TRY(act_in(m, &dl->wq, m->xn, 1, &xq, e));
         }
         if (qkv_adjacent(m, dl)) {   /* one matrix of q + k + v rows into q, k, v (adjacent too) */
-            TRY(cuda_matvec(cu, dl->wq.type, dl->wq.d, dl->wq.rows + dl->wk.rows + dl->wv.rows, dl->wq.k, xq, m->q,
+            TRY(cuda_matvec(cu, dl->wq.mvtype, dl->wq.d, dl->wq.rows + dl->wk.rows + dl->wv.rows, dl->wq.k, xq, m->q,
                             e));
         } else {
             TRY(mvq(m, &dl->wq, xq, m->q, e));
@@ -1040,7 +1071,7 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, int no
     const void *xq;
     TRY(act_in(m, &dl->wo, m->att, 1, &xq, e));
     cuda_matvec_args a = {
-        .wtype = dl->wo.type, .w = dl->wo.d, .rows = dl->wo.rows, .k = dl->wo.k, .n_batch = 1, .xq = xq,
+        .wtype = dl->wo.mvtype, .w = dl->wo.d, .rows = dl->wo.rows, .k = dl->wo.k, .n_batch = 1, .xq = xq,
         .y = m->x, .add = m->x,
     };
     return cuda_matvec_batch(cu, &a, e);
@@ -1085,16 +1116,16 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
     if (dl->up_exps.type == dl->gate_exps.type && dl->up_exps.stride == dl->gate_exps.stride &&
         dl->up_exps.rows == dl->gate_exps.rows) {
         cuda_matvec_args a = {
-            .wtype = dl->gate_exps.type, .w = dl->gate_exps.d, .w_stride = dl->gate_exps.stride,
+            .wtype = dl->gate_exps.mvtype, .w = dl->gate_exps.d, .w_stride = dl->gate_exps.stride,
             .ids = m->arena ? m->slot_ids : m->sel,
             .rows = F, .k = E, .n_batch = K, .xq = xq, .y = m->g, .y_stride = (size_t)F,
             .w2 = dl->up_exps.d, .y2 = m->u,
         };
         TRY(cuda_matvec_batch(cu, &a, e));
     } else {
-        TRY(mv_experts(m, &dl->gate_exps, xq, 0, m->g, (size_t)F, e));
+        TRY(mv_experts(m, &dl->gate_exps, xq, 0, m->g, (size_t)F, 0, e));
         if (!same_dot(&dl->up_exps, &dl->gate_exps)) TRY(act_in(m, &dl->up_exps, m->xn, 1, &xq, e));
-        TRY(mv_experts(m, &dl->up_exps, xq, 0, m->u, (size_t)F, e));
+        TRY(mv_experts(m, &dl->up_exps, xq, 0, m->u, (size_t)F, 1, e));   /* ids: 2+ launches back */
     }
     /* down: each expert its own hidden row h = swiglu(g, u); for a Q8 dot
      * type h is computed inside the quantizer's launch */
@@ -1106,7 +1137,8 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
         TRY(act_in(m, &dl->down_exps, m->g, K, &xq, e));
     }
     const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
-    TRY(mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, e));
+    /* the ids were written before gate+up and the quantizer: 2+ launches back */
+    TRY(mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, 1, e));
     /* everything of this layer that reads m->xn or m->xq is enqueued
      * above, so the next norm may overwrite them here */
     if (next_norm)
@@ -1173,7 +1205,7 @@ static int mm_dense(cuda_model *m, const dmat *w, const void *xq, size_t x_strid
                     err *e)
 {
     cuda_matmul_args a = {
-        .wtype = w->type, .w = w->d, .rows = w->rows, .k = w->k, .n_items = m->cd_items, .xq = xq,
+        .wtype = w->mvtype, .w = w->d, .rows = w->rows, .k = w->k, .n_items = m->cd_items, .xq = xq,
         .x_stride = x_stride, .xrow = m->cd_xrow, .yoff = yoff, .y = y,
     };
     return cuda_matmul(m->cu, &a, e);
@@ -1285,7 +1317,7 @@ static int mm_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_str
                       const int64_t *yoff, float *y, err *e)
 {
     cuda_matmul_args a = {
-        .wtype = w->type, .w = w->d, .w_stride = w->stride, .ids = m->ci_ids, .rows = w->rows, .k = w->k,
+        .wtype = w->mvtype, .w = w->d, .w_stride = w->stride, .ids = m->ci_ids, .rows = w->rows, .k = w->k,
         .n_items = m->cx_items, .xq = xq, .x_stride = x_stride, .xrow = xrow, .yoff = yoff, .y = y,
     };
     return cuda_matmul(m->cu, &a, e);
@@ -1306,7 +1338,7 @@ static int layer_moe_chunk(cuda_model *m, int l, int r0, int nr, err *e)
     TRY(chunk_act(m, &dl->gate_inp, m->cxn, nr, m->cxq, &xq, &xs, e));
     {
         cuda_matmul_args a = {
-            .wtype = dl->gate_inp.type, .w = dl->gate_inp.d, .rows = dl->gate_inp.rows, .k = dl->gate_inp.k,
+            .wtype = dl->gate_inp.mvtype, .w = dl->gate_inp.d, .rows = dl->gate_inp.rows, .k = dl->gate_inp.k,
             .n_items = (nr + CUDA_MM_NB - 1) / CUDA_MM_NB, .xq = xq, .x_stride = xs, .xrow = m->cd_xrow,
             .yoff = m->cd_yr, .y = m->crouter,
         };

@@ -13,16 +13,16 @@
  * A row of nb weight blocks is cut into ITEMS; the lanes of a row take
  * items it = lane, lane + 32, ... (k_matvec_direct: groups of S lanes, step
  * S) and each item returns one float partial:
- *   Q4_K: 8 items a block: (j = 64-weight chunk 0..3, h = 16-byte half):
- *         16 qs bytes -> 16 low nibbles (sub-block 2j) and 16 high nibbles
- *         (sub-block 2j+1); returns d*dx * (sc0*lo + sc1*hi)
- *                              - dmin*dx * (m0*bsum_lo + m1*bsum_hi)
+ *   Q4_K: 1 item a block (qd_block_q4_K): the 8 sub-blocks' integer dots
+ *         and their activation sums scaled by the block's 6-bit scales
+ *         and mins; returns d*dx * isum - dmin*dx * msum
  *   Q6_K: 16 items a block: (hh = 128-weight half, l = 4 * 0..7): 4 weights
  *         at each of l, l+32, l+64, l+96 of the half; returns
  *         d*dx * sum_k scale_k * dot4(q_k - 32, x_k)
- *   Q5_K: 8 items a block, as Q4_K, plus 16 qh bytes: the 5th bit of the
- *         low nibbles is bit 2j of qh[16h + t], of the high ones bit 2j+1
+ *   Q5_K: 1 item a block (qd_block_q5_K), as Q4_K with the 5th bits of
+ *         the quants from qh
  *   Q8_0: 2 items a block: (h = 16-quant half); returns d*dx * dot16
+ *         (split rows, cuda_repack_q8_0: the same items, 16-byte loads)
  *   Q4_0: 2 items a block: (h = 8-byte half of qs): low nibbles of qs[8h..]
  *         are quants 8h.., high nibbles 16 + 8h..; returns d*dx * dot16 of
  *         (q - 8) with the Q8_0 activation
@@ -162,8 +162,6 @@ QD_HD uint32_t qd_vsub4(uint32_t a, uint32_t b)
 #endif
 }
 
-#define QD_Q4K_ITEMS 8
-#define QD_Q5K_ITEMS 8
 #define QD_Q6K_ITEMS 16
 #define QD_Q80_ITEMS 2
 #define QD_Q40_ITEMS 2
@@ -191,99 +189,83 @@ QD_HD qd_u4 qd_ld128(const uint8_t *p)
     return r;
 }
 
-/* The Q4_K / Q5_K block header in one 16-byte load (d, dmin, scales[12]:
- * the block's first 16 bytes, 16-byte aligned): d and dmin as floats, and
- * the 6-bit (scale, min) of sub-blocks 2j and 2j + 1, quant_scale_min_k4's
- * bits taken from the loaded words instead of byte loads (the byte i of
- * scales is byte i & 3 of word y, z, w for i < 4, < 8, < 12). */
-#define QD_B(w, b) (((w) >> (8 * (b))) & 0xffu)
-QD_HD void qd_k4_head(const uint8_t *bp, int j, float *d, float *dm, int *sc0, int *m0, int *sc1, int *m1)
+
+/* A whole Q4_K block as one item (the direct kernels' Q4_K items since
+ * session 11): the header is loaded and its 6-bit (scale, min) pairs
+ * decoded once for 256 weights, instead of once per 32 as 32-weight items
+ * (Q5_K's, and Q4_K's before) do, and the integer sums of the 8 sub-blocks meet in one int before
+ * the two float products of the block:
+ *   d*dx * sum_s sc_s * dot32_s  -  dmin*dx * sum_s m_s * bsum32_s
+ * (quant_ref_dot_q4_K's per-block form; exact integers, so only the float
+ * rounding of the two products and the lanes' sum differ from it). The
+ * scales of sub-blocks 0..3 are the low 6 bits of scales[0..3], the mins
+ * of scales[4..7]; of 4..7, the low / high nibbles of scales[8..11] with
+ * the top 2 bits of scales[0..3] / scales[4..7] above them
+ * (quant_scale_min_k4), four bytes at a time. wrow 16-byte aligned, xq
+ * 16-aligned; blk: the block. */
+/* The block item of Q4_K (Q5 = 0: 144-byte blocks) and Q5_K (Q5 = 1:
+ * 176-byte blocks, qh[32] between the scales and qs: the 5th bit of the
+ * low nibbles of qs[32 j + 16 h + t] is bit 2j of qh[16 h + t], of the high
+ * ones bit 2j + 1; quants 0..31, valid signed dp4a operands). */
+template <int Q5>
+QD_HD float qd_block_k45(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int blk)
 {
+    const uint8_t *bp = wrow + blk * (Q5 ? QD_Q5K_BYTES : 144);
+    const uint8_t *qs = bp + (Q5 ? 48 : 16);
     const qd_u4 hd = qd_ld128(bp);
-    *d = qd_h2f((uint16_t)(hd.x & 0xffffu));
-    *dm = qd_h2f((uint16_t)(hd.x >> 16));
-    const int b0 = (2 * j) & 3, b1 = b0 + 1;
-    if (j < 2) {   /* sub-blocks 0..3 */
-        *sc0 = (int)(QD_B(hd.y, b0) & 63);
-        *m0 = (int)(QD_B(hd.z, b0) & 63);
-        *sc1 = (int)(QD_B(hd.y, b1) & 63);
-        *m1 = (int)(QD_B(hd.z, b1) & 63);
-    } else {       /* sub-blocks 4..7 */
-        *sc0 = (int)((QD_B(hd.w, b0) & 0xf) | ((QD_B(hd.y, b0) >> 6) << 4));
-        *m0 = (int)((QD_B(hd.w, b0) >> 4) | ((QD_B(hd.z, b0) >> 6) << 4));
-        *sc1 = (int)((QD_B(hd.w, b1) & 0xf) | ((QD_B(hd.y, b1) >> 6) << 4));
-        *m1 = (int)((QD_B(hd.w, b1) >> 4) | ((QD_B(hd.z, b1) >> 6) << 4));
-    }
-}
-#undef QD_B
-
-/* wrow: the row's first block, 16-byte aligned (144-byte blocks keep it).
- * xq 16-aligned. */
-QD_HD float qd_item_q4_K(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
-{
-    const int blk = it >> 3, j = (it >> 1) & 3, h = it & 1;
-    const uint8_t *bp = wrow + blk * 144;
-    const uint8_t *q = bp + 16 + 32 * j + 16 * h;
-    const uint8_t *xs = (const uint8_t *)xq + blk * 256 + 64 * j + 16 * h;
-    int lo = 0, hi = 0;
+    const uint32_t sc[2] = { hd.y & 0x3f3f3f3fu, (hd.w & 0x0f0f0f0fu) | ((hd.y >> 2) & 0x30303030u) };
+    const uint32_t mn[2] = { hd.z & 0x3f3f3f3fu, ((hd.w >> 4) & 0x0f0f0f0fu) | ((hd.z >> 2) & 0x30303030u) };
+    qd_u4 h0 = { 0, 0, 0, 0 }, h1 = { 0, 0, 0, 0 };
+    if (Q5) { h0 = qd_ld128(bp + 16); h1 = qd_ld128(bp + 32); }
+    const uint8_t *xs = (const uint8_t *)xq + blk * 256;
+    int isum = 0, msum = 0;
 #ifdef __CUDA_ARCH__
-    const uint4 qv = *(const uint4 *)q, xa = *(const uint4 *)xs, xb = *(const uint4 *)(xs + 32);
-    lo = __dp4a((int)(qv.x & 0x0f0f0f0fu), (int)xa.x, lo);
-    lo = __dp4a((int)(qv.y & 0x0f0f0f0fu), (int)xa.y, lo);
-    lo = __dp4a((int)(qv.z & 0x0f0f0f0fu), (int)xa.z, lo);
-    lo = __dp4a((int)(qv.w & 0x0f0f0f0fu), (int)xa.w, lo);
-    hi = __dp4a((int)((qv.x >> 4) & 0x0f0f0f0fu), (int)xb.x, hi);
-    hi = __dp4a((int)((qv.y >> 4) & 0x0f0f0f0fu), (int)xb.y, hi);
-    hi = __dp4a((int)((qv.z >> 4) & 0x0f0f0f0fu), (int)xb.z, hi);
-    hi = __dp4a((int)((qv.w >> 4) & 0x0f0f0f0fu), (int)xb.w, hi);
-#else
-    for (int t = 0; t < 4; t++) {
-        const uint32_t qw = qd_ld32(q + 4 * t);
-        lo = qd_dp4a(qw & 0x0f0f0f0fu, qd_ld32(xs + 4 * t), lo);
-        hi = qd_dp4a((qw >> 4) & 0x0f0f0f0fu, qd_ld32(xs + 32 + 4 * t), hi);
-    }
+#pragma unroll
 #endif
-    int sc0, m0, sc1, m1;
-    float hd, hm;
-    qd_k4_head(bp, j, &hd, &hm, &sc0, &m0, &sc1, &m1);
-    const int isum = sc0 * lo + sc1 * hi;
-    const int msum = m0 * xbs[blk * 16 + 4 * j + h] + m1 * xbs[blk * 16 + 4 * j + 2 + h];
+    for (int j = 0; j < 4; j++) {   /* 64 weights: qs[32 j .. 32 j + 32), sub-blocks 2j (low) and 2j + 1 (high) */
+        const qd_u4 q0 = qd_ld128(qs + 32 * j), q1 = qd_ld128(qs + 32 * j + 16);
+        const qd_u4 a0 = qd_ld128(xs + 64 * j), a1 = qd_ld128(xs + 64 * j + 16);
+        const qd_u4 b0 = qd_ld128(xs + 64 * j + 32), b1 = qd_ld128(xs + 64 * j + 48);
+        const int s0 = 2 * j, s1 = 2 * j + 1;   /* sub-blocks: byte s & 3 of word s >> 2 */
+#define QD_LO(q, hb) (((q) & 0x0f0f0f0fu) | (Q5 ? (((hb) >> s0) & 0x01010101u) << 4 : 0u))
+#define QD_HI(q, hb) ((((q) >> 4) & 0x0f0f0f0fu) | (Q5 ? (((hb) >> s1) & 0x01010101u) << 4 : 0u))
+        int lo = qd_dp4a(QD_LO(q0.x, h0.x), a0.x, 0);
+        lo = qd_dp4a(QD_LO(q0.y, h0.y), a0.y, lo);
+        lo = qd_dp4a(QD_LO(q0.z, h0.z), a0.z, lo);
+        lo = qd_dp4a(QD_LO(q0.w, h0.w), a0.w, lo);
+        lo = qd_dp4a(QD_LO(q1.x, h1.x), a1.x, lo);
+        lo = qd_dp4a(QD_LO(q1.y, h1.y), a1.y, lo);
+        lo = qd_dp4a(QD_LO(q1.z, h1.z), a1.z, lo);
+        lo = qd_dp4a(QD_LO(q1.w, h1.w), a1.w, lo);
+        int hi = qd_dp4a(QD_HI(q0.x, h0.x), b0.x, 0);
+        hi = qd_dp4a(QD_HI(q0.y, h0.y), b0.y, hi);
+        hi = qd_dp4a(QD_HI(q0.z, h0.z), b0.z, hi);
+        hi = qd_dp4a(QD_HI(q0.w, h0.w), b0.w, hi);
+        hi = qd_dp4a(QD_HI(q1.x, h1.x), b1.x, hi);
+        hi = qd_dp4a(QD_HI(q1.y, h1.y), b1.y, hi);
+        hi = qd_dp4a(QD_HI(q1.z, h1.z), b1.z, hi);
+        hi = qd_dp4a(QD_HI(q1.w, h1.w), b1.w, hi);
+#undef QD_LO
+#undef QD_HI
+        isum += (int)((sc[s0 >> 2] >> (8 * (s0 & 3))) & 0xffu) * lo + (int)((sc[s1 >> 2] >> (8 * (s1 & 3))) & 0xffu) * hi;
+        /* the sub-blocks' activation sums: two 16-value bsums each */
+        const int bs0 = xbs[blk * 16 + 4 * j] + xbs[blk * 16 + 4 * j + 1];
+        const int bs1 = xbs[blk * 16 + 4 * j + 2] + xbs[blk * 16 + 4 * j + 3];
+        msum += (int)((mn[s0 >> 2] >> (8 * (s0 & 3))) & 0xffu) * bs0 + (int)((mn[s1 >> 2] >> (8 * (s1 & 3))) & 0xffu) * bs1;
+    }
     const float dx = xd[blk];
-    const float d = hd * dx, dm = hm * dx;
+    const float d = qd_h2f((uint16_t)(hd.x & 0xffffu)) * dx, dm = qd_h2f((uint16_t)(hd.x >> 16)) * dx;
     return d * (float)isum - dm * (float)msum;
 }
 
-/* As Q4_K, with the 5th bits from qh: wrow 16-byte aligned (176-byte
- * blocks keep it), xq 16-aligned. Quants are 0..31, so the unsigned bytes
- * are valid signed dp4a operands. */
-QD_HD float qd_item_q5_K(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
+QD_HD float qd_block_q4_K(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int blk)
 {
-    const int blk = it >> 3, j = (it >> 1) & 3, h = it & 1;
-    const uint8_t *bp = wrow + blk * QD_Q5K_BYTES;
-    const qd_u4 qv = qd_ld128(bp + 48 + 32 * j + 16 * h), hv = qd_ld128(bp + 16 + 16 * h);
-    const uint8_t *xs = (const uint8_t *)xq + blk * 256 + 64 * j + 16 * h;
-    const qd_u4 xa = qd_ld128(xs), xb = qd_ld128(xs + 32);
-    const int s0 = 2 * j, s1 = 2 * j + 1;
-#define QD_Q5_LO(q, hb) (((q) & 0x0f0f0f0fu) | ((((hb) >> s0) & 0x01010101u) << 4))
-#define QD_Q5_HI(q, hb) ((((q) >> 4) & 0x0f0f0f0fu) | ((((hb) >> s1) & 0x01010101u) << 4))
-    int lo = qd_dp4a(QD_Q5_LO(qv.x, hv.x), xa.x, 0);
-    lo = qd_dp4a(QD_Q5_LO(qv.y, hv.y), xa.y, lo);
-    lo = qd_dp4a(QD_Q5_LO(qv.z, hv.z), xa.z, lo);
-    lo = qd_dp4a(QD_Q5_LO(qv.w, hv.w), xa.w, lo);
-    int hi = qd_dp4a(QD_Q5_HI(qv.x, hv.x), xb.x, 0);
-    hi = qd_dp4a(QD_Q5_HI(qv.y, hv.y), xb.y, hi);
-    hi = qd_dp4a(QD_Q5_HI(qv.z, hv.z), xb.z, hi);
-    hi = qd_dp4a(QD_Q5_HI(qv.w, hv.w), xb.w, hi);
-#undef QD_Q5_LO
-#undef QD_Q5_HI
-    int sc0, m0, sc1, m1;
-    float hd, hm;
-    qd_k4_head(bp, j, &hd, &hm, &sc0, &m0, &sc1, &m1);
-    const int isum = sc0 * lo + sc1 * hi;
-    const int msum = m0 * xbs[blk * 16 + 4 * j + h] + m1 * xbs[blk * 16 + 4 * j + 2 + h];
-    const float dx = xd[blk];
-    const float d = hd * dx, dm = hm * dx;
-    return d * (float)isum - dm * (float)msum;
+    return qd_block_k45<0>(wrow, xq, xd, xbs, blk);
+}
+
+QD_HD float qd_block_q5_K(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int blk)
+{
+    return qd_block_k45<1>(wrow, xq, xd, xbs, blk);
 }
 
 /* wrow: 2-byte aligned. xq 16-aligned. The a2 loads read whole aligned
@@ -329,6 +311,25 @@ QD_HD float qd_item_q8_0(const uint8_t *wrow, const int8_t *xq, const float *xd,
     s = qd_dp4a(qd_ld32_h2(q + 8), xa.z, s);
     s = qd_dp4a(qd_ld32_h2(q + 12), xa.w, s);
     const float d = qd_h2f(qd_ld16(bp)) * xd[blk];
+    return d * (float)s;
+}
+
+/* Q8_0 in split rows (cuda_repack_q8_0): a row of nb blocks holds its
+ * 32 nb int8 quants, then its nb f16 scales (the same 34 nb bytes). wrow
+ * 16-byte aligned (34 nb % 16 == 0: nb a multiple of 8), xq 16-aligned.
+ * Item it is quants 16 it .. 16 it + 15 in one 16-byte load, instead of the
+ * 8 halfword loads a 34-byte block's 2-byte alignment costs
+ * qd_item_q8_0; the same integer dot and float products, so the same
+ * value bit for bit. */
+QD_HD float qd_item_q8_0s(const uint8_t *wrow, const int8_t *xq, const float *xd, int nb, int it)
+{
+    const int blk = it >> 1;
+    const qd_u4 qv = qd_ld128(wrow + 16 * it), xa = qd_ld128((const uint8_t *)xq + 16 * it);
+    int s = qd_dp4a(qv.x, xa.x, 0);
+    s = qd_dp4a(qv.y, xa.y, s);
+    s = qd_dp4a(qv.z, xa.z, s);
+    s = qd_dp4a(qv.w, xa.w, s);
+    const float d = qd_h2f(qd_ld16(wrow + 32 * nb + 2 * blk)) * xd[blk];
     return d * (float)s;
 }
 
