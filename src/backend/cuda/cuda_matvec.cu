@@ -497,11 +497,8 @@ template <> struct mv_traits<QTYPE_Q6_K> {
 template <> struct mv_traits<QTYPE_Q8_0> {
     enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2, U = MVD_U };
 };
-/* split Q8_0: U = 8, so Wo (K = 4096: 256 items a row over 32 lanes) loads a
- * lane's 8 items in one pass, one round trip instead of two (its grid is
- * 256 CTAs, 2 an SM: latency-bound, ncu session 10: 22% issue slots busy) */
 template <> struct mv_traits<CUDA_Q8_0_SPLIT> {   /* rows 16-byte aligned: k a multiple of 256 */
-    enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 16, XAL = 2, U = 8 };
+    enum { BE = 32, BB = CQ8_0_BYTES, IPB = QD_Q80_ITEMS, ACT = MV_ACT_Q80, WAL = 16, XAL = 2, U = MVD_U };
 };
 template <> struct mv_traits<QTYPE_Q4_0> {
     enum { BE = 32, BB = QD_Q40_BYTES, IPB = QD_Q40_ITEMS, ACT = MV_ACT_Q80, WAL = 2, XAL = 2, U = MVD_U };
