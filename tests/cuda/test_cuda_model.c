@@ -48,6 +48,8 @@
  * --bench-quick [PATH]: only the timed greedy tokens and the chunked
  * prefill, their two `bench:` lines as --bench prints them (what
  * bench/cuda/ab.sh reads: an A/B round in a quarter of the time).
+ * --bench-stages [PATH]: the decode token with each stage of the row's
+ * layers left out in turn (bench_stages; bench/cuda/stages.sh).
  * --bench-tiered [PATH [host|ssd]]: the experts in host RAM behind GPU arenas of 10%,
  * 25% and 50% (see bench_tiered).
  * --profile [PATH]: one prompt row and 2 greedy steps, plain launches, for a
@@ -608,6 +610,61 @@ static void print_greedy(int n_tok, double s)
     printf("bench: greedy %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok, s, n_tok / s, 1e3 * s / n_tok);
 }
 
+/* Where a decode token's time goes in the graph-replayed chain, overlap
+ * included: each stage of the row's layers (cuda_model_set_skip) left out
+ * in turn, 64 greedy tokens each, rounds alternating the stages; the time
+ * a token saves without a stage is what that stage costs the chain. The
+ * stages' savings need not add up to the token: two stages may hide behind
+ * each other. Medians of 3 rounds. */
+static int bench_stages(const char *path)
+{
+    err e = {0};
+    if (ensure_model(path, "30b-a3b", "stages")) return 1;
+    cpu_side c;
+    if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "stages: %s\n", e.msg); cpu_close(&c); return 1; }
+    enum { ROUNDS = 3, NT = 64 };
+    cuda_model *g = NULL;
+    cuda_model_opts go = { .device = 0, .n_ctx = 256, .kv_f16 = 1 };
+    if (cuda_model_open(&g, &c.hp, c.w, &go, &e)) { fprintf(stderr, "stages: %s\n", e.msg); cpu_close(&c); return 1; }
+    int32_t out[NT];
+    double ms[CUDA_STAGE_COUNT][ROUNDS];
+    int kern[CUDA_STAGE_COUNT];
+    int rc = cuda_model_greedy(g, 1, 1, 16, out, &e);   /* warm-up */
+    for (int r = 0; !rc && r < ROUNDS; r++)
+        for (int st = 0; !rc && st < CUDA_STAGE_COUNT; st++) {
+            double s = 0;
+            cuda_model_set_skip(g, st);
+            rc = greedy_timed(g, 1, 17, NT, out, &s, &e);
+            ms[st][r] = 1e3 * s / NT;
+            kern[st] = cuda_model_graph_kernels(g);
+        }
+    cuda_model_set_skip(g, CUDA_STAGE_NONE);
+    cuda_model_close(g);
+    if (rc) { fprintf(stderr, "stages: %s\n", e.msg); cpu_close(&c); return 1; }
+    double med[CUDA_STAGE_COUNT];
+    for (int st = 0; st < CUDA_STAGE_COUNT; st++) {
+        double *v = ms[st];   /* median of 3 */
+        const double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
+        med[st] = v[2] < lo ? lo : v[2] > hi ? hi : v[2];
+    }
+    const int L = c.hp.n_layer;
+    printf("stages: a greedy token %.3f ms, %d kernels (%d layers; medians of %d rounds of %d tokens)\n", med[0],
+           kern[0], L, ROUNDS, NT);
+    printf("| stage | kernels left out | token ms without it | saved us a token | us a layer | share |\n");
+    printf("|---|---:|---:|---:|---:|---:|\n");
+    double sum = 0;
+    for (int st = 1; st < CUDA_STAGE_COUNT; st++) {
+        const double saved = 1e3 * (med[0] - med[st]);
+        sum += saved;
+        printf("| %s | %d | %.3f | %.1f | %.2f | %.1f%% |\n", cuda_model_stage_name(st), kern[0] - kern[st], med[st],
+               saved, saved / L, 100 * saved / (1e3 * med[0]));
+    }
+    printf("stages: the stages' savings add up to %.1f us of the %.1f us token (%.1f%%)\n", sum, 1e3 * med[0],
+           100 * sum / (1e3 * med[0]));
+    cpu_close(&c);
+    return 0;
+}
+
 static int bench(const char *path, int quick)
 {
     err e = {0};
@@ -1162,6 +1219,8 @@ int main(int argc, char **argv)
     cuda_close(probe);
     if (do_info) return 0;
     if (do_bench || do_quick) return bench(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf", do_quick);
+    if (argc > 1 && strcmp(argv[1], "--bench-stages") == 0)
+        return bench_stages(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
     if (argc > 1 && strcmp(argv[1], "--profile") == 0) return profile(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
     if (do_tiered)
         return bench_tiered(argc > 2 ? argv[2] : "/tmp/strata-80b-a3b.gguf",

@@ -162,6 +162,7 @@ struct cuda_model {
     float    *pselw;         /* device (ra): their weights (unused) */
     /* prompt chunks (chunk_rows): nc rows at a time */
     int       nc;            /* rows a chunk (CHUNK_MAX, with an arena at most n_slots / k); < 2: rows one by one */
+    int       skip;          /* cuda_model_set_skip's stage (0: none) */
     int       nc_set;        /* cuda_model_set_chunk's cap (0: none) */
     size_t    nc_items;      /* most expert items of a chunk: nc * k */
     float    *cx, *cxn;      /* device (nc, n_embd): the chunk's residual rows, their norms */
@@ -951,6 +952,10 @@ const char *cuda_model_device_name(const cuda_model *m) { return m && m->cu ? cu
 
 /* ==== The forward of one row ==== */
 
+/* A row-path kernel call of stage s (CUDA_STAGE_*): left out when
+ * cuda_model_set_skip names s. */
+#define STAGE(s, call) do { if (m->skip != (s)) TRY(call); } while (0)
+
 /* The input row x (rows of n floats, back to back) in w's dot type: xq, or
  * x itself for an F32 weight. */
 static int act_in(cuda_model *m, const dmat *w, const float *x, int rows, const void **xq, err *e)
@@ -1045,12 +1050,12 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, int no
             TRY(act_in(m, &dl->wq, m->xn, 1, &xq, e));
         }
         if (qkv_adjacent(m, dl)) {   /* one matrix of q + k + v rows into q, k, v (adjacent too) */
-            TRY(cuda_matvec(cu, dl->wq.mvtype, dl->wq.d, dl->wq.rows + dl->wk.rows + dl->wv.rows, dl->wq.k, xq, m->q,
+            STAGE(CUDA_STAGE_QKV, cuda_matvec(cu, dl->wq.mvtype, dl->wq.d, dl->wq.rows + dl->wk.rows + dl->wv.rows, dl->wq.k, xq, m->q,
                             e));
         } else {
-            TRY(mvq(m, &dl->wq, xq, m->q, e));
-            TRY(mvq(m, &dl->wk, xq, m->k, e));
-            TRY(mvq(m, &dl->wv, xq, m->v, e));
+            STAGE(CUDA_STAGE_QKV, mvq(m, &dl->wq, xq, m->q, e));
+            STAGE(CUDA_STAGE_QKV, mvq(m, &dl->wk, xq, m->k, e));
+            STAGE(CUDA_STAGE_QKV, mvq(m, &dl->wv, xq, m->v, e));
         }
     } else {
         TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->attn_norm, E, 1, hp->rms_eps, e));
@@ -1059,22 +1064,23 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, int no
         TRY(mv(m, &dl->wv, m->xn, m->v, e));
     }
     /* per-head Q/K RMSNorm, RoPE of q and k, the K/V store: one launch */
-    TRY(cuda_qk_norm_rope_store(cu, m->q, m->k, m->v, dl->q_norm, dl->k_norm, H, Hkv, D, hp->n_rot, pos,
+    STAGE(CUDA_STAGE_ROPE, cuda_qk_norm_rope_store(cu, m->q, m->k, m->v, dl->q_norm, dl->k_norm, H, Hkv, D, hp->n_rot, pos,
                                 hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps, dl->k_cache, dl->v_cache,
                                 m->kv_f16, e));
     if (!full) return 0;
 
     const float scale = 1.0f / sqrtf((float)D);
-    TRY(cuda_attention_decode(cu, m->att, m->q, 1, H, Hkv, D, dl->k_cache, m->kv_f16, dl->v_cache, m->kv_f16, pos,
+    STAGE(CUDA_STAGE_ATTN, cuda_attention_decode(cu, m->att, m->q, 1, H, Hkv, D, dl->k_cache, m->kv_f16, dl->v_cache, m->kv_f16, pos,
                               scale, e));
     /* x = Wo . att + x: the residual is added in the matvec's store */
-    const void *xq;
-    TRY(act_in(m, &dl->wo, m->att, 1, &xq, e));
+    const void *xq = m->xq;
+    STAGE(CUDA_STAGE_WO_QUANT, act_in(m, &dl->wo, m->att, 1, &xq, e));
     cuda_matvec_args a = {
         .wtype = dl->wo.mvtype, .w = dl->wo.d, .rows = dl->wo.rows, .k = dl->wo.k, .n_batch = 1, .xq = xq,
         .y = m->x, .add = m->x,
     };
-    return cuda_matvec_batch(cu, &a, e);
+    STAGE(CUDA_STAGE_WO, cuda_matvec_batch(cu, &a, e));
+    return 0;
 }
 
 /* MoE half of layer l: x = x + sum_t w_t down_t(silu(gate_t xn) * up_t xn),
@@ -1104,10 +1110,11 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
         TRY(cuda_router_topk(cu, m->prouter, hp->n_expert, m->ra, 1, m->psel, m->pselw, e));
     }
     const int fused = dl->gate_inp.act_f32 && q8_dot(&dl->gate_exps);
-    if (fused) TRY(cuda_rmsnorm_quant(cu, dl->gate_exps.type, m->xn, m->xq, m->x, dl->ffn_norm, E, hp->rms_eps, e));
-    else TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
-    TRY(mv(m, &dl->gate_inp, m->xn, m->router, e));
-    TRY(cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
+    if (fused) STAGE(CUDA_STAGE_FFN_NORM, cuda_rmsnorm_quant(cu, dl->gate_exps.type, m->xn, m->xq, m->x, dl->ffn_norm,
+                                                             E, hp->rms_eps, e));
+    else STAGE(CUDA_STAGE_FFN_NORM, cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
+    STAGE(CUDA_STAGE_ROUTER, mv(m, &dl->gate_inp, m->xn, m->router, e));
+    STAGE(CUDA_STAGE_TOPK, cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
     if (m->arena) TRY(arena_resolve(m, l, e));
     /* gate and up share the input row (x_stride 0); one launch when they
      * are stacks of one type and layout */
@@ -1121,30 +1128,31 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
             .rows = F, .k = E, .n_batch = K, .xq = xq, .y = m->g, .y_stride = (size_t)F,
             .w2 = dl->up_exps.d, .y2 = m->u,
         };
-        TRY(cuda_matvec_batch(cu, &a, e));
+        STAGE(CUDA_STAGE_GATE_UP, cuda_matvec_batch(cu, &a, e));
     } else {
-        TRY(mv_experts(m, &dl->gate_exps, xq, 0, m->g, (size_t)F, 0, e));
+        STAGE(CUDA_STAGE_GATE_UP, mv_experts(m, &dl->gate_exps, xq, 0, m->g, (size_t)F, 0, e));
         if (!same_dot(&dl->up_exps, &dl->gate_exps)) TRY(act_in(m, &dl->up_exps, m->xn, 1, &xq, e));
-        TRY(mv_experts(m, &dl->up_exps, xq, 0, m->u, (size_t)F, 1, e));   /* ids: 2+ launches back */
+        STAGE(CUDA_STAGE_GATE_UP, mv_experts(m, &dl->up_exps, xq, 0, m->u, (size_t)F, 1, e));   /* ids: 2+ back */
     }
     /* down: each expert its own hidden row h = swiglu(g, u); for a Q8 dot
      * type h is computed inside the quantizer's launch */
     if (q8_dot(&dl->down_exps)) {
-        TRY(cuda_act_quant_swiglu(cu, dl->down_exps.type, m->g, m->u, m->xq, F, K, e));
+        STAGE(CUDA_STAGE_DOWN_QUANT, cuda_act_quant_swiglu(cu, dl->down_exps.type, m->g, m->u, m->xq, F, K, e));
         xq = m->xq;
     } else {
-        TRY(cuda_swiglu(cu, m->g, m->g, m->u, (int64_t)K * F, e));
-        TRY(act_in(m, &dl->down_exps, m->g, K, &xq, e));
+        STAGE(CUDA_STAGE_DOWN_QUANT, cuda_swiglu(cu, m->g, m->g, m->u, (int64_t)K * F, e));
+        xq = m->xq;
+        STAGE(CUDA_STAGE_DOWN_QUANT, act_in(m, &dl->down_exps, m->g, K, &xq, e));
     }
     const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
     /* the ids were written before gate+up and the quantizer: 2+ launches back */
-    TRY(mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, 1, e));
+    STAGE(CUDA_STAGE_DOWN, mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, 1, e));
     /* everything of this layer that reads m->xn or m->xq is enqueued
      * above, so the next norm may overwrite them here */
     if (next_norm)
-        TRY(cuda_moe_combine_rmsnorm_quant(cu, next_w->type, m->x, m->eout, m->selw, K, m->xn, m->xq, next_norm, E,
-                                           hp->rms_eps, e));
-    else TRY(cuda_moe_combine(cu, m->x, m->eout, m->selw, 1, K, E, e));
+        STAGE(CUDA_STAGE_COMBINE, cuda_moe_combine_rmsnorm_quant(cu, next_w->type, m->x, m->eout, m->selw, K, m->xn,
+                                                                 m->xq, next_norm, E, hp->rms_eps, e));
+    else STAGE(CUDA_STAGE_COMBINE, cuda_moe_combine(cu, m->x, m->eout, m->selw, 1, K, E, e));
     if (m->pf_n) arena_prefetch_host(m, l);   /* host side: copies expert weights, never xn / xq */
     return 0;
 }
@@ -1547,6 +1555,22 @@ void cuda_model_set_matvec(cuda_model *m, int mode)
     cuda_sync(m->cu, NULL);
     cuda_matvec_force(m->cu, mode);
     drop_graphs(m);
+}
+
+void cuda_model_set_skip(cuda_model *m, int stage)
+{
+    cuda_sync(m->cu, NULL);
+    m->skip = stage > CUDA_STAGE_NONE && stage < CUDA_STAGE_COUNT ? stage : CUDA_STAGE_NONE;
+    drop_graphs(m);
+}
+
+const char *cuda_model_stage_name(int stage)
+{
+    static const char *const names[CUDA_STAGE_COUNT] = {
+        "none", "qkv", "rope", "attn", "wo_quant", "wo", "ffn_norm", "router", "topk", "gate_up", "down_quant",
+        "down", "combine",
+    };
+    return stage >= 0 && stage < CUDA_STAGE_COUNT ? names[stage] : "?";
 }
 
 void cuda_model_set_pdl(cuda_model *m, int on)

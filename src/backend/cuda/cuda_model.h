@@ -138,6 +138,23 @@ void cuda_model_set_matvec(cuda_model *m, int mode);
  * for a benchmark's A/B; drops the captured graphs likewise. */
 void cuda_model_set_pdl(cuda_model *m, int on);
 
+/* The decode row's kernels of a layer, in order, for cuda_model_set_skip.
+ * CUDA_STAGE_COMBINE is the MoE combine with the next norm + quantization
+ * when they share its launch. */
+enum {
+    CUDA_STAGE_NONE, CUDA_STAGE_QKV, CUDA_STAGE_ROPE, CUDA_STAGE_ATTN, CUDA_STAGE_WO_QUANT, CUDA_STAGE_WO,
+    CUDA_STAGE_FFN_NORM, CUDA_STAGE_ROUTER, CUDA_STAGE_TOPK, CUDA_STAGE_GATE_UP, CUDA_STAGE_DOWN_QUANT,
+    CUDA_STAGE_DOWN, CUDA_STAGE_COMBINE, CUDA_STAGE_COUNT
+};
+/* A benchmark's instrument: every layer of the row path leaves out the
+ * kernels of `stage` (CUDA_STAGE_NONE: none), so the token time saved is
+ * that stage's share of the dependent chain, overlap included. The
+ * results are then wrong (later kernels read stale buffers) while the
+ * work of the others is the same. Drops the captured graphs likewise. */
+void cuda_model_set_skip(cuda_model *m, int stage);
+/* "qkv", "rope", ... ("?" out of range) */
+const char *cuda_model_stage_name(int stage);
+
 /* The residual stream after each layer for the last row of the latest
  * cuda_model_eval: out[l * n_embd + i], n_layer rows (for per-layer NMSE
  * against the CPU). ERR_USAGE when there is none (recording off, no eval
