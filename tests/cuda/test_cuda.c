@@ -40,7 +40,9 @@
  *
  * --info: open the device, print its name, exit 0 (3 when there is none).
  * --bench: GB/s of the decode matvec on expert-shaped batches and the head
- * vs the device's measured read and copy bandwidth (see print_bench). */
+ * vs the device's measured read and copy bandwidth (see print_bench).
+ * --bench-chain: a decode layer's four big matvecs as a chain of dependent
+ * launches against dependent reads of the same bytes (see bench_chain). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -869,6 +871,153 @@ static void bench(void)
     if (cuda_sync(g_cu, &e)) fprintf(stderr, "bench: %s\n", e.msg);
 }
 
+/* ---- --bench-chain: a decode layer's matvecs as a dependent chain ----
+ * A token is a chain of dependent kernels, so what bounds a matvec there is
+ * not its bandwidth alone but its cost as one link: launch, dependency
+ * wait, prologue, then the bytes. Here 48 "layers" of the 30b-a3b shape's
+ * four big matvecs (q/k/v split Q8_0 5120x2048, Wo split Q8_0 2048x4096
+ * with the residual add, gate+up 8 of Q4_K 768x2048 by ids, down 8 of Q4_K
+ * 2048x768 by early ids), every layer its own weights (2 GB: cold, as in
+ * a token), are captured as one graph of PDL-chained launches and timed
+ * against the same chain of plain reads of the same bytes (cuda_read_step,
+ * with and without an L2 prefetch before the wait): how far the matvecs
+ * are from what a dependent read of each size reaches, and how far that is
+ * from the read probe. Weights are random bytes: the work, not the values,
+ * is what is timed. */
+enum { CH_LAYERS = 48, CH_MATS = 4 };
+typedef struct {
+    uint8_t *pool;
+    size_t layer_bytes, off[CH_MATS], bytes[CH_MATS];
+    int32_t *ids;
+    void *xq_q8k_2048, *xq_q8k_768x8, *xq_q80_2048, *xq_q80_4096;
+    float *y, *y2, *x;
+    uint32_t *sink;
+    int which;      /* one matvec kind (0..3), or -1: the four in layer order */
+    int read;       /* 0 matvecs, 1 reads, 2 reads with the L2 prefetch */
+} chain_arg;
+static const char *const ch_name[CH_MATS] = {"q/k/v split Q8_0 5120x2048", "Wo split Q8_0 2048x4096 (+add)",
+                                            "gate+up 2x8 Q4_K 768x2048 (ids)", "down 8 Q4_K 2048x768 (early ids)"};
+
+static int chain_link(chain_arg *c, int l, int m, err *e)
+{
+    const uint8_t *w = c->pool + (size_t)l * c->layer_bytes + c->off[m];
+    if (c->read) return cuda_read_step(g_cu, w, c->bytes[m], c->sink, c->read == 2, e);
+    const size_t gu = (size_t)768 * (2048 / 256) * 144;   /* one Q4_K 768x2048 (or 2048x768) matrix */
+    cuda_matvec_args a = {.n_batch = 1};
+    switch (m) {
+    case 0:
+        a = (cuda_matvec_args){.wtype = CUDA_Q8_0_SPLIT, .w = w, .rows = 5120, .k = 2048, .n_batch = 1,
+                               .xq = c->xq_q80_2048, .y = c->y};
+        break;
+    case 1:
+        a = (cuda_matvec_args){.wtype = CUDA_Q8_0_SPLIT, .w = w, .rows = 2048, .k = 4096, .n_batch = 1,
+                               .xq = c->xq_q80_4096, .y = c->x, .add = c->x};
+        break;
+    case 2:
+        a = (cuda_matvec_args){.wtype = QTYPE_Q4_K, .w = w, .w_stride = gu, .ids = c->ids, .rows = 768, .k = 2048,
+                               .n_batch = 8, .xq = c->xq_q8k_2048, .y = c->y, .y_stride = 768, .w2 = w + 8 * gu,
+                               .y2 = c->y2};
+        break;
+    default:
+        a = (cuda_matvec_args){.wtype = QTYPE_Q4_K, .w = w, .w_stride = gu, .ids = c->ids, .ids_early = 1,
+                               .rows = 2048, .k = 768, .n_batch = 8, .xq = c->xq_q8k_768x8,
+                               .x_stride = cuda_act_bytes(QTYPE_Q4_K, 768), .y = c->y, .y_stride = 2048};
+        break;
+    }
+    return cuda_matvec_batch(g_cu, &a, e);
+}
+
+static cuda_graph *g_chain;
+static int run_chain(void *a)
+{
+    (void)a;
+    return cuda_graph_launch(g_cu, g_chain, NULL);
+}
+
+/* ms of one replay of the chain c describes (median, bench_median) */
+static float chain_ms(chain_arg *c)
+{
+    err e = {0};
+    int rc = cuda_graph_begin(g_cu, &e);
+    if (rc) { fprintf(stderr, "bench-chain: %s\n", e.msg); exit(2); }
+    for (int l = 0; !rc && l < CH_LAYERS; l++)
+        for (int m = 0; !rc && m < CH_MATS; m++)
+            if (c->which < 0 || c->which == m) rc = chain_link(c, l, m, &e);
+    cuda_graph *g = NULL;
+    const int rc2 = cuda_graph_end(g_cu, &g, rc ? NULL : &e);
+    if (rc || rc2) { fprintf(stderr, "bench-chain: %s\n", e.msg); exit(2); }
+    g_chain = g;
+    const float ms = bench_median(run_chain, NULL);
+    cuda_sync(g_cu, NULL);
+    cuda_graph_free(g);
+    g_chain = NULL;
+    return ms;
+}
+
+static void bench_chain(void)
+{
+    err e = {0};
+    const size_t big = (size_t)4 << 30;
+    uint8_t *buf = dev_alloc(big);
+    uint32_t *sink = dev_alloc(4);
+    cuda_memset(g_cu, buf, 0x5A, big, &e);
+    bw_arg ra = {buf, big, sink, NULL};
+    const double probe = big / (bench_median(run_read, &ra) * 1e-3) / 1e9;
+    cuda_free(g_cu, buf);
+
+    chain_arg c = {.sink = sink};
+    const size_t gu = (size_t)768 * 8 * 144;
+    c.bytes[0] = (size_t)5120 * 64 * 34;
+    c.bytes[1] = (size_t)2048 * 128 * 34;
+    c.bytes[2] = 16 * gu;
+    c.bytes[3] = 8 * gu;
+    size_t o = 0;
+    for (int m = 0; m < CH_MATS; m++) { c.off[m] = o; o += (c.bytes[m] + 255) & ~(size_t)255; }
+    c.layer_bytes = o;
+    c.pool = dev_alloc(c.layer_bytes * CH_LAYERS);
+    /* bytes that decode to finite scales (f16 0x1111 ~ 5e-4), so no inf/NaN work */
+    CHECK(cuda_memset(g_cu, c.pool, 0x11, c.layer_bytes * CH_LAYERS, &e) == 0);
+    const int32_t ids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    c.ids = dev_from(ids, sizeof ids);
+    float *xf = xmalloc(sizeof(float) * 4096 * 8);
+    for (int i = 0; i < 4096 * 8; i++) xf[i] = frand();
+    float *dx = dev_from(xf, sizeof(float) * 4096 * 8);
+    c.xq_q8k_2048 = dev_alloc(cuda_act_bytes(QTYPE_Q4_K, 2048));
+    c.xq_q8k_768x8 = dev_alloc(8 * cuda_act_bytes(QTYPE_Q4_K, 768));
+    c.xq_q80_2048 = dev_alloc(cuda_act_bytes(QTYPE_Q8_0, 2048));
+    c.xq_q80_4096 = dev_alloc(cuda_act_bytes(QTYPE_Q8_0, 4096));
+    CHECK(cuda_act_quant(g_cu, QTYPE_Q4_K, dx, c.xq_q8k_2048, 2048, 1, &e) == 0);
+    CHECK(cuda_act_quant(g_cu, QTYPE_Q4_K, dx, c.xq_q8k_768x8, 768, 8, &e) == 0);
+    CHECK(cuda_act_quant(g_cu, QTYPE_Q8_0, dx, c.xq_q80_2048, 2048, 1, &e) == 0);
+    CHECK(cuda_act_quant(g_cu, QTYPE_Q8_0, dx, c.xq_q80_4096, 4096, 1, &e) == 0);
+    c.y = dev_alloc(sizeof(float) * 16384);
+    c.y2 = dev_alloc(sizeof(float) * 8192);
+    c.x = dev_alloc(sizeof(float) * 2048);
+    CHECK(cuda_memset(g_cu, c.x, 0, sizeof(float) * 2048, &e) == 0);
+
+    printf("bench-chain: %s, read probe %.0f GB/s; %d layers of cold weights (%.0f MB), each link a PDL dependent\n",
+           cuda_device_name(g_cu), probe, CH_LAYERS, c.layer_bytes * CH_LAYERS / 1e6);
+    printf("| chain | MB a link | matvec us | read us | read+prefetch us | matvec of probe | read of probe | "
+           "read+pf of probe |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int m = -1; m < CH_MATS; m++) {
+        c.which = m;
+        const int links = m < 0 ? CH_LAYERS * CH_MATS : CH_LAYERS;
+        const double mb = (m < 0 ? (double)(c.bytes[0] + c.bytes[1] + c.bytes[2] + c.bytes[3]) / CH_MATS
+                                 : (double)c.bytes[m]) / 1e6;
+        float t[3];
+        for (int r = 0; r < 3; r++) { c.read = r; t[r] = chain_ms(&c); }
+        printf("| %s | %.2f | %.2f | %.2f | %.2f |", m < 0 ? "the four in layer order" : ch_name[m], mb,
+               1e3 * t[0] / links, 1e3 * t[1] / links, 1e3 * t[2] / links);
+        for (int r = 0; r < 3; r++) printf(" %.3f |", mb * links / 1e3 / (t[r] * 1e-3) / probe);
+        printf("\n");
+        fflush(stdout);
+    }
+    cuda_free(g_cu, c.pool); cuda_free(g_cu, c.ids); cuda_free(g_cu, dx); cuda_free(g_cu, c.xq_q8k_2048);
+    cuda_free(g_cu, c.xq_q8k_768x8); cuda_free(g_cu, c.xq_q80_2048); cuda_free(g_cu, c.xq_q80_4096);
+    cuda_free(g_cu, c.y); cuda_free(g_cu, c.y2); cuda_free(g_cu, c.x); cuda_free(g_cu, sink);
+    free(xf);
+}
+
 int main(int argc, char **argv)
 {
     const int do_bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
@@ -890,6 +1039,11 @@ int main(int argc, char **argv)
     if (do_info) {
         cuda_close(g_cu);
         return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "--bench-chain") == 0) {
+        bench_chain();
+        cuda_close(g_cu);
+        return test_g.failed ? 1 : 0;
     }
     if (do_bench) {
         bench();

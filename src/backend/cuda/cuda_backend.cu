@@ -340,7 +340,7 @@ extern "C" int cuda_step_probe(cuda_ctx *c, int ctas, int persistent, int steps,
 
 /* Grid-stride read of n16 uint4s; each thread keeps 4 independent loads in
  * flight per iteration; the xor-fold goes to one atomic per block. */
-__global__ void k_read_probe(const uint4 *__restrict__ p, size_t n16, uint32_t *sink)
+__device__ __forceinline__ void read_fold(const uint4 *__restrict__ p, size_t n16, uint32_t *sink)
 {
     uint32_t acc = 0;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -356,6 +356,30 @@ __global__ void k_read_probe(const uint4 *__restrict__ p, size_t n16, uint32_t *
     }
     for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
     if ((threadIdx.x & 31) == 0 && acc == 0x9e3779b9u) atomicXor(sink, acc);   /* practically never taken */
+}
+
+__global__ void k_read_probe(const uint4 *__restrict__ p, size_t n16, uint32_t *sink) { read_fold(p, n16, sink); }
+
+/* cuda_read_step's kernel: read_fold after an optional L2 prefetch of the
+ * grid's bytes (each thread its lines, before the wait: a prefetch reads
+ * nothing into the program, pdl_enter's contract). */
+__global__ void k_read_step(const uint4 *__restrict__ p, size_t n16, uint32_t *sink, int prefetch)
+{
+    if (prefetch) {
+        const size_t stride = (size_t)gridDim.x * blockDim.x;
+        const uintptr_t b = (uintptr_t)p, end = b + 16 * n16;
+        for (uintptr_t a = b + 128 * ((size_t)blockIdx.x * blockDim.x + threadIdx.x); a < end; a += 128 * stride)
+            asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
+    }
+    pdl_enter();
+    read_fold(p, n16, sink);
+}
+
+extern "C" int cuda_read_step(cuda_ctx *c, const void *buf, size_t bytes, uint32_t *sink, int prefetch, err *e)
+{
+    if (bytes % 16 || ((uintptr_t)buf & 15)) return err_setf(e, ERR_USAGE, "cuda_read_step: unaligned buffer or size");
+    return cuda_launch(c, k_read_step, dim3((unsigned)(2 * c->info.sm_count)), dim3(512), 0, e, "read step",
+                       (const uint4 *)buf, bytes / 16, sink, prefetch);
 }
 
 extern "C" int cuda_read_probe(cuda_ctx *c, const void *buf, size_t bytes, uint32_t *sink, err *e)

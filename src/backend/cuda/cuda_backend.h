@@ -106,6 +106,13 @@ int  cuda_timer_end(cuda_ctx *c, float *ms, err *e);
  * 16-byte loads and folded into *sink_dev (one uint32, device) so the loads
  * cannot be dropped. bytes must be a multiple of 16, buf 16-byte aligned. */
 int  cuda_read_probe(cuda_ctx *c, const void *buf_dev, size_t bytes, uint32_t *sink_dev, err *e);
+/* The same read as one kernel of a dependent chain: launched as a
+ * programmatic dependent of the previous kernel (as the decode graph's
+ * kernels are), 2 CTAs of 512 threads an SM, so that a chain of them in a
+ * graph times dependent reads of a token's step sizes (test_cuda
+ * --bench-chain). prefetch: each CTA first asks L2 for its share of the
+ * bytes, before its dependency wait (as the dense matvecs do). */
+int  cuda_read_step(cuda_ctx *c, const void *buf_dev, size_t bytes, uint32_t *sink_dev, int prefetch, err *e);
 /* The latency of one dependent step, the floor under a chain of kernels
  * that each need the one before: `steps` links, each a launch of `ctas`
  * CTAs of 256 threads as a programmatic dependent of the previous (as the
