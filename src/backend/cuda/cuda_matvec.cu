@@ -543,6 +543,55 @@ __device__ __forceinline__ float mv_item(const uint8_t *w, const int8_t *xq, con
     return qd_item_q8_0(w, xq, xd, xbs, it);
 }
 
+/* An item's weights between the direct kernel's load and dot. H = 1: in
+ * registers, and the lane's first pass is loaded ahead of the activation
+ * unpack (and, when the matrix is known before the dependency wait, ahead
+ * of the wait: then the bytes arrive while the previous kernel runs):
+ * Q4_K and split Q8_0, the decode model's matrices. H = 0: the row
+ * pointer, the item loading inside the dot as before (hoisted, Q5_K's
+ * 176-byte blocks spill 32 bytes at 64 registers and F32 / BF16 16).
+ * mv_dot(mv_load(w, it)) is mv_item(w, it) bit for bit. */
+template <int QT> struct mv_w { enum { H = 0 }; const uint8_t *w; };
+template <> struct mv_w<QTYPE_Q4_K> { enum { H = 1 }; qd_k45_w<0> v; };
+template <> struct mv_w<CUDA_Q8_0_SPLIT> { enum { H = 1 }; qd_q80s_w v; };
+
+template <int QT> __device__ __forceinline__ void mv_load(mv_w<QT> &r, const uint8_t *w, int it, int nb)
+{
+    (void)it; (void)nb;
+    r.w = w;
+}
+template <> __device__ __forceinline__ void mv_load<QTYPE_Q4_K>(mv_w<QTYPE_Q4_K> &r, const uint8_t *w, int it, int nb)
+{
+    (void)nb;
+    r.v = qd_k45_load<0>(w, it);
+}
+template <>
+__device__ __forceinline__ void mv_load<CUDA_Q8_0_SPLIT>(mv_w<CUDA_Q8_0_SPLIT> &r, const uint8_t *w, int it, int nb)
+{
+    r.v = qd_q80s_load(w, nb, it);
+}
+
+template <int QT>
+__device__ __forceinline__ float mv_dot(const mv_w<QT> &r, const int8_t *xq, const float *xd, const int16_t *xbs, int it,
+                                        int nb)
+{
+    return mv_item<QT>(r.w, xq, xd, xbs, it, nb);
+}
+template <>
+__device__ __forceinline__ float mv_dot<QTYPE_Q4_K>(const mv_w<QTYPE_Q4_K> &r, const int8_t *xq, const float *xd,
+                                                    const int16_t *xbs, int it, int nb)
+{
+    (void)nb;
+    return qd_k45_dot<0>(r.v, xq, xd, xbs, it);
+}
+template <>
+__device__ __forceinline__ float mv_dot<CUDA_Q8_0_SPLIT>(const mv_w<CUDA_Q8_0_SPLIT> &r, const int8_t *xq,
+                                                         const float *xd, const int16_t *xbs, int it, int nb)
+{
+    (void)xbs; (void)nb;
+    return qd_q80s_dot(r.v, xq, xd, it);
+}
+
 /* Shared-memory layout of one CTA (host and device agree through these). */
 __host__ __device__ __forceinline__ size_t mv_tile_bytes(int R, int rb) { return ((size_t)R * rb + 32 + 15) & ~(size_t)15; }
 __host__ __device__ __forceinline__ size_t mv_act_bytes(int act, int k, int be)
@@ -788,45 +837,61 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
      * ids load is __ldcg, from L2, where the completed grid that wrote
      * them left them). */
     const bool early = !ids || ex.ids_early;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int S = 1 << lg_s, rpw = 32 >> lg_s;
+    const int sl = mvd_tr<QT>::TR ? lane >> (5 - lg_s) : lane & (S - 1);
+    const int base0 = warp * rpw;
+    /* the lane's row in a group of rpw rows starting at base */
+#define MVD_ROW(base) ((base) + (mvd_tr<QT>::TR ? lane & (rpw - 1) : lane >> lg_s))
+    /* one pass of MVD_U items of the lane's row (branch-free: a lane past
+     * the last row or item loads a valid one, row nr - 1, item nit - 1:
+     * lines other lanes load anyway, and adds 0 for it) */
+#define MVD_LOAD(wr, g, base, c)                                                        \
+    do {                                                                                \
+        const uint8_t *wrow_ = (g) + (size_t)min(MVD_ROW(base), nr - 1) * rb;           \
+        _Pragma("unroll") for (int u = 0; u < T::U; u++)                                \
+            mv_load<QT>((wr)[u], wrow_, min((c) + sl + S * u, nit - 1), nb);           \
+    } while (0)
+    mv_w<QT> wr[T::U];
     int mat = b;
+    const uint8_t *g = NULL;
     if (early) {
         if (ids) mat = __ldcg(ids + b);
-        mvd_prefetch_l2(W + (size_t)mat * w_stride + (size_t)r0 * rb, (size_t)nr * rb);
+        g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
+        if (mv_w<QT>::H && base0 < nr) MVD_LOAD(wr, g, base0, 0);   /* the first pass, before the wait */
+        mvd_prefetch_l2(g, (size_t)nr * rb);
     }
     pdl_enter();
-    if (!early) mat = ids[b];
-    const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
-    if (!early) mvd_prefetch_l2(g, (size_t)nr * rb);
+    if (!early) {
+        mat = ids[b];
+        g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
+        if (mv_w<QT>::H && base0 < nr) MVD_LOAD(wr, g, base0, 0);   /* the first pass, before the unpack */
+        mvd_prefetch_l2(g, (size_t)nr * rb);
+    }
 
     float *sxd;
     int16_t *sxbs;
     const int8_t *xs = mv_unpack<QT>(xq + (size_t)b * x_stride, smem, k, &sxd, &sxbs);
     __syncthreads();
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int S = 1 << lg_s, rpw = 32 >> lg_s;
-    const int sl = mvd_tr<QT>::TR ? lane >> (5 - lg_s) : lane & (S - 1);
     /* the loop bound is warp-uniform (base), so every lane reaches the shuffles */
-    for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
-        const int i = base + (mvd_tr<QT>::TR ? lane & (rpw - 1) : lane >> lg_s);
-        const bool ok = i < nr;
-        /* branch-free body: a lane past the last row or item recomputes a
-         * valid one (row nr - 1, item nit - 1: lines other lanes load
-         * anyway, no extra HBM traffic) and adds 0 instead, so the MVD_U
-         * items' loads can all be scheduled ahead of the arithmetic */
-        const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
+    for (int base = base0; base < nr; base += MVD_WARPS * rpw) {
+        const int i = MVD_ROW(base);
         float acc = 0.f;
         for (int c = 0; c < nit; c += S * T::U) {
+            if (!mv_w<QT>::H || base != base0 || c != 0) MVD_LOAD(wr, g, base, c);
 #pragma unroll
             for (int u = 0; u < T::U; u++) {
                 const int it = c + sl + S * u;
-                const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1), nb);
+                const float v = mv_dot<QT>(wr[u], xs, sxd, sxbs, min(it, nit - 1), nb);
                 acc += it < nit ? v : 0.f;
             }
         }
         acc = mvd_reduce<QT>(acc, S, lg_s);
-        if (ok && sl == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
+        if (i < nr && sl == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
     }
+#undef MVD_LOAD
+#undef MVD_ROW
 }
 
 /* ---- grouped matmul (prompt chunks) ----

@@ -207,23 +207,41 @@ QD_HD qd_u4 qd_ld128(const uint8_t *p)
  * 176-byte blocks, qh[32] between the scales and qs: the 5th bit of the
  * low nibbles of qs[32 j + 16 h + t] is bit 2j of qh[16 h + t], of the high
  * ones bit 2j + 1; quants 0..31, valid signed dp4a operands). */
+/* The block's bytes as a lane holds them between its loads and its dot
+ * (qd_k45_load, qd_k45_dot): the direct matvec issues the loads of its
+ * first items before the activation unpack (cuda_matvec.cu, mv_w). Q4_K
+ * leaves h0 / h1 unused. */
+template <int Q5> struct qd_k45_w { qd_u4 hd, h0, h1, q[8]; };
+
 template <int Q5>
-QD_HD float qd_block_k45(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int blk)
+QD_HD qd_k45_w<Q5> qd_k45_load(const uint8_t *wrow, int blk)
 {
     const uint8_t *bp = wrow + blk * (Q5 ? QD_Q5K_BYTES : 144);
     const uint8_t *qs = bp + (Q5 ? 48 : 16);
-    const qd_u4 hd = qd_ld128(bp);
+    qd_k45_w<Q5> w;
+    w.hd = qd_ld128(bp);
+    w.h0 = w.h1 = qd_u4{ 0, 0, 0, 0 };
+    if (Q5) { w.h0 = qd_ld128(bp + 16); w.h1 = qd_ld128(bp + 32); }
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (int j = 0; j < 8; j++) w.q[j] = qd_ld128(qs + 16 * j);
+    return w;
+}
+
+template <int Q5>
+QD_HD float qd_k45_dot(const qd_k45_w<Q5> &w, const int8_t *xq, const float *xd, const int16_t *xbs, int blk)
+{
+    const qd_u4 hd = w.hd, h0 = w.h0, h1 = w.h1;
     const uint32_t sc[2] = { hd.y & 0x3f3f3f3fu, (hd.w & 0x0f0f0f0fu) | ((hd.y >> 2) & 0x30303030u) };
     const uint32_t mn[2] = { hd.z & 0x3f3f3f3fu, ((hd.w >> 4) & 0x0f0f0f0fu) | ((hd.z >> 2) & 0x30303030u) };
-    qd_u4 h0 = { 0, 0, 0, 0 }, h1 = { 0, 0, 0, 0 };
-    if (Q5) { h0 = qd_ld128(bp + 16); h1 = qd_ld128(bp + 32); }
     const uint8_t *xs = (const uint8_t *)xq + blk * 256;
     int isum = 0, msum = 0;
 #ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
     for (int j = 0; j < 4; j++) {   /* 64 weights: qs[32 j .. 32 j + 32), sub-blocks 2j (low) and 2j + 1 (high) */
-        const qd_u4 q0 = qd_ld128(qs + 32 * j), q1 = qd_ld128(qs + 32 * j + 16);
+        const qd_u4 q0 = w.q[2 * j], q1 = w.q[2 * j + 1];
         const qd_u4 a0 = qd_ld128(xs + 64 * j), a1 = qd_ld128(xs + 64 * j + 16);
         const qd_u4 b0 = qd_ld128(xs + 64 * j + 32), b1 = qd_ld128(xs + 64 * j + 48);
         const int s0 = 2 * j, s1 = 2 * j + 1;   /* sub-blocks: byte s & 3 of word s >> 2 */
@@ -256,6 +274,12 @@ QD_HD float qd_block_k45(const uint8_t *wrow, const int8_t *xq, const float *xd,
     const float dx = xd[blk];
     const float d = qd_h2f((uint16_t)(hd.x & 0xffffu)) * dx, dm = qd_h2f((uint16_t)(hd.x >> 16)) * dx;
     return d * (float)isum - dm * (float)msum;
+}
+
+template <int Q5>
+QD_HD float qd_block_k45(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int blk)
+{
+    return qd_k45_dot<Q5>(qd_k45_load<Q5>(wrow, blk), xq, xd, xbs, blk);
 }
 
 QD_HD float qd_block_q4_K(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int blk)
@@ -321,16 +345,30 @@ QD_HD float qd_item_q8_0(const uint8_t *wrow, const int8_t *xq, const float *xd,
  * 8 halfword loads a 34-byte block's 2-byte alignment costs
  * qd_item_q8_0; the same integer dot and float products, so the same
  * value bit for bit. */
-QD_HD float qd_item_q8_0s(const uint8_t *wrow, const int8_t *xq, const float *xd, int nb, int it)
+struct qd_q80s_w { qd_u4 q; uint16_t d; };   /* an item's quants and its block's scale (qd_q80s_load) */
+
+QD_HD qd_q80s_w qd_q80s_load(const uint8_t *wrow, int nb, int it)
 {
-    const int blk = it >> 1;
-    const qd_u4 qv = qd_ld128(wrow + 16 * it), xa = qd_ld128((const uint8_t *)xq + 16 * it);
+    qd_q80s_w w;
+    w.q = qd_ld128(wrow + 16 * it);
+    w.d = qd_ld16(wrow + 32 * nb + 2 * (it >> 1));
+    return w;
+}
+
+QD_HD float qd_q80s_dot(const qd_q80s_w &w, const int8_t *xq, const float *xd, int it)
+{
+    const qd_u4 qv = w.q, xa = qd_ld128((const uint8_t *)xq + 16 * it);
     int s = qd_dp4a(qv.x, xa.x, 0);
     s = qd_dp4a(qv.y, xa.y, s);
     s = qd_dp4a(qv.z, xa.z, s);
     s = qd_dp4a(qv.w, xa.w, s);
-    const float d = qd_h2f(qd_ld16(wrow + 32 * nb + 2 * blk)) * xd[blk];
+    const float d = qd_h2f(w.d) * xd[it >> 1];
     return d * (float)s;
+}
+
+QD_HD float qd_item_q8_0s(const uint8_t *wrow, const int8_t *xq, const float *xd, int nb, int it)
+{
+    return qd_q80s_dot(qd_q80s_load(wrow, nb, it), xq, xd, it);
 }
 
 /* wrow: 2-byte aligned (18-byte blocks). xq 16-aligned. Reads only the
