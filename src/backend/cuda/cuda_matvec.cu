@@ -853,20 +853,23 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
             mv_load<QT>((wr)[u], wrow_, min((c) + sl + S * u, nit - 1), nb);           \
     } while (0)
     mv_w<QT> wr[T::U];
+    /* a CTA whose rows are one pass of its lanes has all its bytes in
+     * flight from the hoisted loads: no L2 prefetch then */
+    const bool pf = !mv_w<QT>::H || nr > MVD_WARPS * rpw || nit > S * T::U;
     int mat = b;
     const uint8_t *g = NULL;
     if (early) {
         if (ids) mat = __ldcg(ids + b);
         g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
         if (mv_w<QT>::H && base0 < nr) MVD_LOAD(wr, g, base0, 0);   /* the first pass, before the wait */
-        mvd_prefetch_l2(g, (size_t)nr * rb);
+        if (pf) mvd_prefetch_l2(g, (size_t)nr * rb);
     }
     pdl_enter();
     if (!early) {
         mat = ids[b];
         g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
         if (mv_w<QT>::H && base0 < nr) MVD_LOAD(wr, g, base0, 0);   /* the first pass, before the unpack */
-        mvd_prefetch_l2(g, (size_t)nr * rb);
+        if (pf) mvd_prefetch_l2(g, (size_t)nr * rb);
     }
 
     float *sxd;
