@@ -884,19 +884,21 @@ static void bench(void)
  * are from what a dependent read of each size reaches, and how far that is
  * from the read probe. Weights are random bytes: the work, not the values,
  * is what is timed. */
-enum { CH_LAYERS = 48, CH_MATS = 4 };
+enum { CH_LAYERS = 48, CH_MATS = 4, CH_KINDS = 6 };   /* kinds 4, 5: gate+up variants on kind 2's bytes */
 typedef struct {
     uint8_t *pool;
-    size_t layer_bytes, off[CH_MATS], bytes[CH_MATS];
+    size_t layer_bytes, off[CH_KINDS], bytes[CH_KINDS];
     int32_t *ids;
     void *xq_q8k_2048, *xq_q8k_768x8, *xq_q80_2048, *xq_q80_4096;
     float *y, *y2, *x;
     uint32_t *sink;
-    int which;      /* one matvec kind (0..3), or -1: the four in layer order */
+    int which;      /* one matvec kind (0..5), or -1: the four (0..3) in layer order */
     int read;       /* 0 matvecs, 1 reads, 2 reads with the L2 prefetch */
 } chain_arg;
-static const char *const ch_name[CH_MATS] = {"q/k/v split Q8_0 5120x2048", "Wo split Q8_0 2048x4096 (+add)",
-                                            "gate+up 2x8 Q4_K 768x2048 (ids)", "down 8 Q4_K 2048x768 (early ids)"};
+static const char *const ch_name[CH_KINDS] = {
+    "q/k/v split Q8_0 5120x2048", "Wo split Q8_0 2048x4096 (+add)", "gate+up 2x8 Q4_K 768x2048 (ids)",
+    "down 8 Q4_K 2048x768 (early ids)", "gate+up 2x8 Q4_K 768x2048 (batch index: no ids)",
+    "gate 8 Q4_K 768x2048 (ids, no up)"};
 
 static int chain_link(chain_arg *c, int l, int m, err *e)
 {
@@ -917,6 +919,12 @@ static int chain_link(chain_arg *c, int l, int m, err *e)
         a = (cuda_matvec_args){.wtype = QTYPE_Q4_K, .w = w, .w_stride = gu, .ids = c->ids, .rows = 768, .k = 2048,
                                .n_batch = 8, .xq = c->xq_q8k_2048, .y = c->y, .y_stride = 768, .w2 = w + 8 * gu,
                                .y2 = c->y2};
+        break;
+    case 4:
+    case 5:
+        a = (cuda_matvec_args){.wtype = QTYPE_Q4_K, .w = w, .w_stride = gu, .ids = m == 4 ? NULL : c->ids,
+                               .rows = 768, .k = 2048, .n_batch = 8, .xq = c->xq_q8k_2048, .y = c->y,
+                               .y_stride = 768, .w2 = m == 4 ? w + 8 * gu : NULL, .y2 = m == 4 ? c->y2 : NULL};
         break;
     default:
         a = (cuda_matvec_args){.wtype = QTYPE_Q4_K, .w = w, .w_stride = gu, .ids = c->ids, .ids_early = 1,
@@ -940,9 +948,10 @@ static float chain_ms(chain_arg *c)
     err e = {0};
     int rc = cuda_graph_begin(g_cu, &e);
     if (rc) { fprintf(stderr, "bench-chain: %s\n", e.msg); exit(2); }
-    for (int l = 0; !rc && l < CH_LAYERS; l++)
-        for (int m = 0; !rc && m < CH_MATS; m++)
-            if (c->which < 0 || c->which == m) rc = chain_link(c, l, m, &e);
+    for (int l = 0; !rc && l < CH_LAYERS; l++) {
+        if (c->which >= 0) rc = chain_link(c, l, c->which, &e);
+        for (int m = 0; !rc && c->which < 0 && m < CH_MATS; m++) rc = chain_link(c, l, m, &e);
+    }
     cuda_graph *g = NULL;
     const int rc2 = cuda_graph_end(g_cu, &g, rc ? NULL : &e);
     if (rc || rc2) { fprintf(stderr, "bench-chain: %s\n", e.msg); exit(2); }
@@ -974,6 +983,9 @@ static void bench_chain(void)
     size_t o = 0;
     for (int m = 0; m < CH_MATS; m++) { c.off[m] = o; o += (c.bytes[m] + 255) & ~(size_t)255; }
     c.layer_bytes = o;
+    c.off[4] = c.off[5] = c.off[2];
+    c.bytes[4] = c.bytes[2];
+    c.bytes[5] = 8 * gu;
     c.pool = dev_alloc(c.layer_bytes * CH_LAYERS);
     /* bytes that decode to finite scales (f16 0x1111 ~ 5e-4), so no inf/NaN work */
     CHECK(cuda_memset(g_cu, c.pool, 0x11, c.layer_bytes * CH_LAYERS, &e) == 0);
@@ -999,7 +1011,7 @@ static void bench_chain(void)
            cuda_device_name(g_cu), probe, CH_LAYERS, c.layer_bytes * CH_LAYERS / 1e6);
     printf("| chain | MB a link | matvec us | read us | read+prefetch us | matvec of probe | read of probe | "
            "read+pf of probe |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (int m = -1; m < CH_MATS; m++) {
+    for (int m = -1; m < CH_KINDS; m++) {
         c.which = m;
         const int links = m < 0 ? CH_LAYERS * CH_MATS : CH_LAYERS;
         const double mb = (m < 0 ? (double)(c.bytes[0] + c.bytes[1] + c.bytes[2] + c.bytes[3]) / CH_MATS
