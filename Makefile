@@ -150,7 +150,12 @@ clean:
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -Wall,-Wextra
+# -fmad=false: no multiply-add contraction. ptxas may fuse a mul.f32 and an
+# add.f32 into one FFMA or not depending on its register budget, so two
+# kernels meant to be bit-identical (split Q8_0 rows and Q8_0, the matmul
+# and the matvec) could round differently; the CPU path (x86-64 baseline)
+# never fuses either.
+NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -fmad=false -Xcompiler -Wall,-Wextra
 CUDA_LIBS ?= -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
 CUDA_SRC  := $(sort $(wildcard src/backend/cuda/*.cu))
 CUDA_HDR  := $(wildcard src/backend/cuda/*.h src/backend/cuda/*.cuh)

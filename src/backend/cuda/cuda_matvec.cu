@@ -817,7 +817,7 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
 /* grid: (ceil(rows / R), n_batch); block: 32 * MVD_WARPS threads. R is a
  * multiple of MVD_WARPS * (32 >> lg_s) (rows of one pass of the CTA). */
 template <int QT>
-__global__ void __launch_bounds__(32 * MVD_WARPS, 4)
+__global__ void __launch_bounds__(32 * MVD_WARPS, QT == CUDA_Q8_0_SPLIT ? 5 : 4)
 k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
                 int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, float *y, size_t y_stride,
                 mv_ext ex)
