@@ -32,6 +32,12 @@
  *              plain relative error is meaningless there); and
  *              cuda_attention_rows over positions 1000..1039 bit for bit
  *              the one-row calls;
+ *   attention_fused  cuda_attention_decode_fused vs cuda_qk_norm_rope_store
+ *              + cuda_attention_decode: output and both caches bit for bit,
+ *              positions 0..3000 (the row's position in the first or a
+ *              later tile, spread and per-warp tiles, cluster sizes 1 to
+ *              16, 1 to 8 heads a CTA), d 64 / 80 / 128 / 256, partial
+ *              rotation, f16 / f32 caches;
  *   combine    vs qwen3moe.c's sum (y_t = e_t * w_t, ((y0 + y1) + ...) +
  *              x): bytes equal;
  *   combine_norm  cuda_moe_combine_rmsnorm_quant vs cuda_moe_combine then
@@ -483,6 +489,90 @@ TEST(test_attention)
     check_attention_rows();
 }
 
+/* cuda_attention_decode_fused == cuda_qk_norm_rope_store +
+ * cuda_attention_decode, bit for bit: the output and both caches (every
+ * byte, the untouched positions included). The caches hold random rows
+ * below p and poison from p on; `cl` caps the cluster size (0: the
+ * device's), `gb` forces the heads a CTA (0: the heuristic), so the row's
+ * position lands in the first or a later tile of its slice, in the spread
+ * and the per-warp-tile paths, with one or several head groups a KV head
+ * (one of them stores). */
+static void check_attention_fused(int H, int Hkv, int D, int n_rot, int f16, int p, int cl, int gb)
+{
+    const int n_ctx = p + 1;
+    const size_t qn = (size_t)H * D, kvd = (size_t)Hkv * D, es = f16 ? 2 : 4, cb = (size_t)n_ctx * kvd * es;
+    float *h = xmalloc(sizeof(float) * (qn + 2 * kvd)), *w = xmalloc(sizeof(float) * 2 * D);
+    for (size_t i = 0; i < qn + 2 * kvd; i++) h[i] = frand() * 3.0f;
+    for (int i = 0; i < 2 * D; i++) w[i] = 0.5f + frand();
+    uint8_t *cache = xmalloc(cb);
+    memset(cache, 0x5A, cb);
+    for (size_t i = 0; i < (size_t)p * kvd; i++) {
+        const float x = frand();
+        if (f16) { const uint16_t v = fp32_to_fp16(x); memcpy(cache + 2 * i, &v, 2); }
+        else memcpy(cache + 4 * i, &x, 4);
+    }
+    err e = {0};
+    float *qa = dev_from(h, sizeof(float) * (qn + 2 * kvd)), *qb = dev_from(h, sizeof(float) * (qn + 2 * kvd));
+    float *dw = dev_from(w, sizeof(float) * 2 * D);
+    void *kca = dev_from(cache, cb), *vca = dev_from(cache, cb), *kcb = dev_from(cache, cb), *vcb = dev_from(cache, cb);
+    float *oa = dev_alloc(sizeof(float) * qn), *ob = dev_alloc(sizeof(float) * qn);
+    dev_poison(oa, sizeof(float) * qn);
+    dev_poison(ob, sizeof(float) * qn);
+    int32_t *dp = dev_from(&p, sizeof p);
+    const float scale = 1.0f / sqrtf((float)D);
+    cuda_attention_force_cluster(g_cu, cl);
+    cuda_attention_force_heads(g_cu, gb);
+    CHECK_MSG(cuda_qk_norm_rope_store(g_cu, qa, qa + qn, qa + qn + kvd, dw, dw + D, H, Hkv, D, n_rot, dp, 1e6f, 1.0f,
+                                      1e-6f, kca, vca, f16, &e) == 0 &&
+                  cuda_attention_decode(g_cu, oa, qa, 1, H, Hkv, D, kca, f16, vca, f16, dp, scale, &e) == 0,
+              "%s", e.msg);
+    CHECK_MSG(cuda_attention_decode_fused(g_cu, ob, qb, qb + qn, qb + qn + kvd, dw, dw + D, H, Hkv, D, n_rot, dp, 1e6f,
+                                          1.0f, 1e-6f, kcb, vcb, f16, scale, &e) == 0,
+              "%s", e.msg);
+    cuda_attention_force_cluster(g_cu, 0);
+    cuda_attention_force_heads(g_cu, 0);
+    const size_t ob_n = sizeof(float) * qn, tot = ob_n + 2 * cb;
+    uint8_t *a = xmalloc(tot), *b = xmalloc(tot);
+    download(a, oa, ob_n); download(a + ob_n, kca, cb); download(a + ob_n + cb, vca, cb);
+    download(b, ob, ob_n); download(b + ob_n, kcb, cb); download(b + ob_n + cb, vcb, cb);
+    const long long d = first_diff(a, b, tot);
+    const char *where = d < 0 ? "" : d < (long long)ob_n ? "output" : d < (long long)(ob_n + cb) ? "K cache" : "V cache";
+    CHECK_MSG(d < 0, "attention fused heads %d/%d d=%d n_rot=%d %s pos %d cluster %d heads %d: first difference at "
+              "byte %lld (%s)", H, Hkv, D, n_rot, f16 ? "f16" : "f32", p, cl, gb, d, where);
+    printf("  attention fused heads %d/%d d=%d n_rot=%d %s pos %d cluster %d heads %d: %s\n", H, Hkv, D, n_rot,
+           f16 ? "f16" : "f32", p, cl, gb, d < 0 ? "bit-identical to the two launches" : "DIFFERS");
+    cuda_free(g_cu, qa); cuda_free(g_cu, qb); cuda_free(g_cu, dw); cuda_free(g_cu, dp);
+    cuda_free(g_cu, kca); cuda_free(g_cu, vca); cuda_free(g_cu, kcb); cuda_free(g_cu, vcb);
+    cuda_free(g_cu, oa); cuda_free(g_cu, ob);
+    free(h); free(w); free(cache); free(a); free(b);
+}
+
+TEST(test_attention_fused)
+{
+    /* Qwen3-30B-A3B: spread (first tile, second tile, cluster ranks > 0),
+     * then per-warp tiles past 1024 positions */
+    static const int pos[] = { 0, 5, 31, 32, 40, 63, 64, 100, 700, 1023, 1024, 1500, 3000 };
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++) {
+        check_attention_fused(32, 4, 128, 128, 1, pos[i], 0, 0);
+        check_attention_fused(32, 4, 128, 128, 0, pos[i], 1, 0);   /* one CTA: 64 positions spread, then tiles */
+    }
+    check_attention_fused(32, 4, 128, 128, 1, 45, 2, 1);   /* eight head groups a KV head */
+    check_attention_fused(32, 4, 128, 128, 1, 45, 4, 8);   /* one: all 8 warps on q heads, K on warp 0 */
+    check_attention_fused(32, 4, 128, 128, 0, 1800, 0, 2);
+    check_attention_fused(16, 16, 64, 32, 0, 40, 0, 0);    /* MHA, partial rotation, f32 */
+    check_attention_fused(16, 16, 64, 32, 1, 2000, 0, 0);
+    check_attention_fused(8, 2, 80, 64, 1, 70, 0, 0);      /* generic d (per-warp tiles only) */
+    check_attention_fused(8, 2, 80, 80, 0, 1, 1, 0);
+    check_attention_fused(16, 2, 256, 256, 0, 33, 0, 0);   /* d 256 */
+    check_attention_fused(16, 2, 256, 192, 1, 1300, 0, 0);
+    err e = {0};
+    float x = 0;
+    CHECK(cuda_attention_decode_fused(g_cu, &x, &x, &x, &x, &x, &x, 4, 4, 64, 65, NULL, 1e6f, 1.0f, 1e-6f, &x, &x, 1,
+                                      0.1f, &e) == ERR_USAGE);   /* odd n_rot */
+    CHECK(cuda_attention_decode_fused(g_cu, &x, &x, &x, &x, &x, &x, 4, 4, 64, 64, NULL, 1e6f, 1.0f, 1e-6f, &x, &x, 1,
+                                      0.1f, &e) == ERR_USAGE);   /* out == q */
+}
+
 /* ==== combine, add ==== */
 
 static void check_combine(int rows, int k, int64_t n)
@@ -835,6 +925,7 @@ int main(int argc, char **argv)
     ops_f16_table_init(g_tab);
     if (only_attn) {
         RUN(test_attention);
+        RUN(test_attention_fused);
         cuda_close(g_cu);
         free(g_tab);
         return test_summary("cuda_layer");
@@ -845,6 +936,7 @@ int main(int argc, char **argv)
     RUN(test_kv_store);
     RUN(test_qk_fused);
     RUN(test_attention);
+    RUN(test_attention_fused);
     RUN(test_combine);
     RUN(test_combine_norm);
     RUN(test_add);

@@ -416,6 +416,20 @@ int  cuda_qk_norm_rope_store_rows(cuda_ctx *c, float *q_dev, float *k_dev, const
 int  cuda_attention_rows(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
                          int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,
                          const int32_t *pos_dev, float scale, err *e);
+/* cuda_attention_decode_fused: one decode row's cuda_qk_norm_rope_store
+ * and cuda_attention_decode (n_q = 1, both caches f16 when f16) in one
+ * launch, bit for bit the two calls' output and caches, except that q, k
+ * and v (the raw q/k/v matvec rows) are only read: the normed, rotated q
+ * and k are never written back. Each attention CTA norms and rotates its
+ * own query heads; the CTA whose slice of positions holds the row's
+ * position builds its KV head's new K and V rows in shared memory (one
+ * CTA a KV head stores them). So the attention follows the q/k/v matvec
+ * with no launch between. out must not overlap q, k or v. */
+int  cuda_attention_decode_fused(cuda_ctx *c, float *out_dev, const float *q_dev, const float *k_dev,
+                                 const float *v_dev, const float *q_norm_dev, const float *k_norm_dev, int n_head,
+                                 int n_head_kv, int head_dim, int n_rot, const int32_t *pos_dev, float freq_base,
+                                 float freq_scale, float eps, void *k_cache_dev, void *v_cache_dev, int f16,
+                                 float scale, err *e);
 int  cuda_moe_combine(cuda_ctx *c, float *x_dev, const float *eout_dev, const float *weights_dev, int rows, int k,
                       int64_t n, err *e);
 int  cuda_add(cuda_ctx *c, float *y_dev, const float *a_dev, const float *b_dev, int64_t n, err *e);

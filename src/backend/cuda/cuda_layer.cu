@@ -274,7 +274,7 @@ k_rope(float *x, int n_head, int head_dim, int n_rot, const int32_t *__restrict_
     __shared__ float cs[RP_MAXHALF], sn[RP_MAXHALF];
     const int half = n_rot / 2;
     float *xr = x + (size_t)blockIdx.x * n_head * head_dim;
-    rope_table(cs, sn, half, pos[blockIdx.x], theta_scale, freq_scale, RP_THREADS);
+    rope_table(cs, sn, half, pos[blockIdx.x], theta_scale, freq_scale, threadIdx.x, RP_THREADS);
     __syncthreads();
     for (int it = threadIdx.x; it < n_head * half; it += RP_THREADS) {
         const int h = it / half, i = it - h * half;
@@ -316,7 +316,7 @@ k_qk_norm_rope_store(float *q, float *k, const float *__restrict__ v, const floa
     const int is_k = hb >= n_head, h = is_k ? hb - n_head : hb;
     float *row = (is_k ? k : q) + (size_t)h * head_dim;
     rms_row(row, row, is_k ? kw : qw, head_dim, eps, part);
-    rope_table(cs, sn, half, p, theta_scale, freq_scale, RMS_THREADS);
+    rope_table(cs, sn, half, p, theta_scale, freq_scale, threadIdx.x, RMS_THREADS);
     __syncthreads();
     for (int i = threadIdx.x; i < half; i += RMS_THREADS) rope_pair(row, i, half, cs[i], sn[i]);
     if (!is_k) return;
@@ -472,14 +472,81 @@ __device__ __forceinline__ void ld_vec(float *f, const void *base, size_t off, i
 
 /* What a CTA works on: its slice [j0, j1) of the row's positions in the
  * K and V caches (f16 when kf16 / vf16, else f32) of its KV head (element
- * offset hoff, row stride rs), head_dim D, and the score scale. */
+ * offset hoff, row stride rs), head_dim D, and the score scale. pn: the
+ * position whose K and V rows are read from shared memory (snk, snv: what
+ * the caches will hold there, as floats) instead of the caches: the row's
+ * own position in the fused prologue's CTA that holds it, else -1. */
 struct at_slice {
     const void *kc, *vc;
     int kf16, vf16;
     size_t rs, hoff;
     int j0, j1, D;
     float scale;
+    int pn;
+    const float *snk, *snv;
 };
+
+/* The fused prologue (cuda_attention_decode_fused): q, k, v are the raw
+ * q/k/v matvec rows of the one query row (the kernel's q argument is q);
+ * qw, kw the per-head norm weights; kcw, vcw the caches, written at the
+ * row's position; k == NULL: no prologue (q is ready, the caches hold the
+ * row). */
+struct at_pro {
+    const float *k, *v, *qw, *kw;
+    void *kcw, *vcw;
+    int n_rot;
+    float theta_scale, freq_scale, eps;
+};
+
+/* What k_qk_norm_rope_store does for one row, for the heads of one CTA:
+ * its GB query heads normed and rotated into sq (row stride DM), and, when
+ * the CTA's slice holds the row's position (has_new), its KV head's key
+ * normed and rotated into snk and the value row copied to snv, both as the
+ * caches will hold them (f16-rounded when f16); the CTA that `writes`
+ * stores them to the caches at element offset off. The same device
+ * functions as k_qk_norm_rope_store in the same order (warp_rms is
+ * rms_row's sum), so the bits are its. The RoPE table is built by the
+ * last threads (its entries are long serial chains) while the first warps
+ * norm. Ends with a barrier. */
+template <int GB, int DM>
+__device__ __forceinline__ void at_prologue(const at_pro &pro, const float *qr, float *sq, float *snk, float *snv,
+                                            float *cs, float *sn, int D, int hk, int pn, int has_new, int writes,
+                                            size_t off, int f16)
+{
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, half = pro.n_rot / 2;
+    rope_table(cs, sn, half, pn, pro.theta_scale, pro.freq_scale, AT_THREADS - 1 - tid, AT_THREADS);
+    for (int j = warp; j < GB + has_new; j += AT_WARPS)
+        warp_rms(j < GB ? sq + j * DM : snk, j < GB ? qr + (size_t)j * D : pro.k + (size_t)hk * D,
+                 j < GB ? pro.qw : pro.kw, D, pro.eps, lane);
+    if (has_new)
+        for (int t = tid; t < D; t += AT_THREADS) {
+            const float x = pro.v[(size_t)hk * D + t];
+            const uint16_t h = qd_f2h(x);
+            if (writes) {
+                if (f16) ((uint16_t *)pro.vcw)[off + t] = h;
+                else ((float *)pro.vcw)[off + t] = x;
+            }
+            snv[t] = f16 ? dev_h2f(h) : x;
+        }
+    __syncthreads();
+    for (int it = tid; it < (GB + has_new) * half; it += AT_THREADS) {
+        const int j = it / half, i = it - j * half;
+        rope_pair(j < GB ? sq + j * DM : snk, i, half, cs[i], sn[i]);
+    }
+    if (has_new) {
+        __syncthreads();
+        for (int t = tid; t < D; t += AT_THREADS) {
+            const float x = snk[t];
+            const uint16_t h = qd_f2h(x);
+            if (writes) {
+                if (f16) ((uint16_t *)pro.kcw)[off + t] = h;
+                else ((float *)pro.kcw)[off + t] = x;
+            }
+            snk[t] = f16 ? dev_h2f(h) : x;
+        }
+    }
+    __syncthreads();
+}
 
 /* The cluster merge, by sending: output element t = g*D + d of the CTA's
  * GB heads is owned by rank (t/256) % ncl, at index i = (t/(256 ncl))*256 +
@@ -573,8 +640,8 @@ __device__ __forceinline__ void attn_combine(const at_xfer<GB> &x, float *orow)
  * before the q copy's barrier (one round trip for q, K and V), the next
  * tile's K once the scores are taken and its V once the values are. Sends
  * each warp's dims of the accumulators and (m, l) to their owners (x). */
-template <int GB, int DT>
-__device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB> &x, const float *qr, float *sq,
+template <int GB, int DT, typename Fill>
+__device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB> &x, Fill fill, const float *sq,
                                             float (*sp)[AT_WARPS][GB][32])
 {
     static_assert(DT == 64 || DT == 128 || DT == 256, "attn_spread: head_dim 64, 128 or 256");
@@ -587,30 +654,42 @@ __device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB>
     float kf[C], vv[NQ][4];
     /* K: this lane's position of tile tb, the warp's C dims (16/32-byte
      * loads, aligned: offsets are multiples of 8 elements); V: the lane's
-     * NQ positions, 4 dims each. Positions past j1 read nothing (0). */
-    auto load_k = [&](int tb) {
+     * NQ positions, 4 dims each. Positions past j1 read nothing (0);
+     * position a.pn reads snk / snv once `ready` (the first tile's loads
+     * go out before the prologue has filled them: patched after it). */
+    const int kl = warp * C, vl = kl + dq * 4;     /* their offsets in snk / snv */
+    auto load_k = [&](int tb, bool ready) {
         const int j = tb + lane;
 #pragma unroll
         for (int c8 = 0; c8 < C / 8; c8++) {
-            if (j < j1) ld_vec<8>(kf + 8 * c8, a.kc, (size_t)j * a.rs + kd + (size_t)c8 * 8, a.kf16);
+            if (j < j1 && j != a.pn) ld_vec<8>(kf + 8 * c8, a.kc, (size_t)j * a.rs + kd + (size_t)c8 * 8, a.kf16);
             else
 #pragma unroll
-                for (int e = 0; e < 8; e++) kf[8 * c8 + e] = 0.0f;
+                for (int e = 0; e < 8; e++) kf[8 * c8 + e] = j == a.pn && ready ? a.snk[kl + 8 * c8 + e] : 0.0f;
         }
     };
-    auto load_v = [&](int tb) {
+    auto load_v = [&](int tb, bool ready) {
 #pragma unroll
         for (int i = 0; i < NQ; i++) {
             const int j = tb + pg + NG * i;
-            if (j < j1) ld_vec<4>(vv[i], a.vc, (size_t)j * a.rs + vd, a.vf16);
+            if (j < j1 && j != a.pn) ld_vec<4>(vv[i], a.vc, (size_t)j * a.rs + vd, a.vf16);
             else
 #pragma unroll
-                for (int u = 0; u < 4; u++) vv[i][u] = 0.0f;
+                for (int u = 0; u < 4; u++) vv[i][u] = j == a.pn && ready ? a.snv[vl + u] : 0.0f;
         }
     };
-    if (j0 < j1) { load_k(j0); load_v(j0); }
-    for (int t = tid; t < GB * DT; t += AT_THREADS) sq[t] = qr[t];   /* DM == DT */
-    __syncthreads();
+    if (j0 < j1) { load_k(j0, false); load_v(j0, false); }
+    fill();   /* the queries into shared memory (and snk / snv); ends with a barrier */
+    if (a.pn >= j0 && a.pn < j0 + 32) {   /* the new row in the first tile */
+        if (lane == a.pn - j0)
+#pragma unroll
+            for (int e = 0; e < C; e++) kf[e] = a.snk[kl + e];
+#pragma unroll
+        for (int i = 0; i < NQ; i++)
+            if (j0 + pg + NG * i == a.pn)
+#pragma unroll
+                for (int u = 0; u < 4; u++) vv[i][u] = a.snv[vl + u];
+    }
 
     float m[GB], l[GB], acc[GB][4];
 #pragma unroll
@@ -637,7 +716,7 @@ __device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB>
             }
             sp[buf][warp][g][lane] = t;
         }
-        if (tb + 32 < j1) load_k(tb + 32);
+        if (tb + 32 < j1) load_k(tb + 32, true);
         __syncthreads();
         /* the tile's scores (partials in warp order) and online softmax,
          * the same in every warp; lane = position */
@@ -672,7 +751,7 @@ __device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB>
 #pragma unroll
                 for (int u = 0; u < 4; u++) acc[g][u] = fmaf(pi, vv[i][u], acc[g][u]);
             }
-        if (tb + 32 < j1) load_v(tb + 32);
+        if (tb + 32 < j1) load_v(tb + 32, true);
     }
     /* sum the NG position groups (xor butterfly: every lane ends with the
      * same bits); lanes of group 0 send the warp's dims to their owners,
@@ -700,7 +779,7 @@ __device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB>
 template <int GB, int DT>
 __global__ void __launch_bounds__(AT_THREADS)
 k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const void *__restrict__ kc, int kf16,
-       const void *__restrict__ vc, int vf16, const int32_t *__restrict__ pos, float scale)
+       const void *__restrict__ vc, int vf16, const int32_t *__restrict__ pos, float scale, at_pro pro)
 {
     constexpr int DM = DT ? DT : AT_DMAX;
     constexpr int UM = DM / 32;   /* dims per lane (most) */
@@ -712,6 +791,8 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     __shared__ __align__(16) float sx[AT_XMAX];
     __shared__ float rM[CL_MAX][GB], rL[CL_MAX][GB];
     __shared__ float swm[AT_WARPS][GB], swl[AT_WARPS][GB];
+    /* the fused prologue's new K and V rows and RoPE table */
+    __shared__ __align__(16) float snk[AT_DMAX], snv[AT_DMAX], scs[AT_DMAX / 2], ssn[AT_DMAX / 2];
 
     at_started_arrive();   /* see at_xfer */
     cg::cluster_group cl = cg::this_cluster();
@@ -745,13 +826,26 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     float *orow = out + (size_t)row * n_head * D + (size_t)h0 * D;
     const int nown = (GB * D + AT_THREADS * ncl - 1) / (AT_THREADS * ncl) * AT_THREADS;
     const at_xfer<GB> x = { cl, rank, ncl, nown, D, sx, rM, rL };
+    /* the fused prologue (one query row): the row's position n_kv - 1 is
+     * new; the CTA whose slice holds it builds its K/V rows, and the first
+     * head group of its KV head stores them */
+    const int pnew = n_kv - 1, has_new = pro.k && j0 <= pnew && pnew < j1;
+    const at_slice a = { kc, vc, kf16, vf16, rs, hoff, j0, j1, D, scale, has_new ? pnew : -1, snk, snv };
+    auto fill = [&]() {
+        if (pro.k) {
+            at_prologue<GB, DM>(pro, qr, sq, snk, snv, scs, ssn, D, hk, pnew, has_new, has_new && h0 % G == 0,
+                                (size_t)pnew * rs + hoff, kf16);
+        } else {
+            for (int t = tid; t < GB * D; t += AT_THREADS) sq[(t / D) * DM + t % D] = qr[t];
+            __syncthreads();
+        }
+    };
     /* per is the same in every CTA of the cluster (and depends only on the
      * row's position and the cluster size), so a row's path is the same
      * in a one-row call and in cuda_attention_rows */
     if constexpr (DT != 0) {
         if (per <= AT_SPREAD) {
-            const at_slice a = { kc, vc, kf16, vf16, rs, hoff, j0, j1, D, scale };
-            attn_spread<GB, DT>(a, x, qr, sq, (float (*)[AT_WARPS][GB][32])sbuf);
+            attn_spread<GB, DT>(a, x, fill, sq, (float (*)[AT_WARPS][GB][32])sbuf);
             attn_combine<GB>(x, orow);
             return;
         }
@@ -760,8 +854,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     /* the per-warp tiles (longer slices) */
     float (*sp)[GB][32] = (float (*)[GB][32])sbuf;
     float *sacc = sbuf;   /* after the loop */
-    for (int t = tid; t < GB * D; t += AT_THREADS) sq[(t / D) * DM + t % D] = qr[t];
-    __syncthreads();
+    fill();
 
     float m[GB], l[GB], acc[GB][UM];
 #pragma unroll
@@ -784,7 +877,11 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
 #pragma unroll(DT ? DT / 8 : 4)
             for (int c8 = 0; c8 < D / 8; c8++) {
                 float kf[8];
-                ld_vec<8>(kf, kc, ko + (size_t)c8 * 8, kf16);
+                if (j == a.pn)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) kf[e] = snk[c8 * 8 + e];
+                else
+                    ld_vec<8>(kf, kc, ko + (size_t)c8 * 8, kf16);
 #pragma unroll
                 for (int g = 0; g < GB; g++) {
                     const float4 a = *(const float4 *)(sq + g * DM + c8 * 8);
@@ -829,6 +926,12 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
                 if (t0 + b >= nv) {
 #pragma unroll
                     for (int u = 0; u < UM; u++) vv[b][u] = 0.0f;
+                } else if (tb + t0 + b == a.pn) {
+#pragma unroll
+                    for (int u = 0; u < UM; u++) {
+                        const int d = DT ? lane * UM + u : lane + 32 * u;
+                        vv[b][u] = d < D ? snv[d] : 0.0f;
+                    }
                 } else if constexpr (DT != 0) {
                     ld_vec<UM>(vv[b], vc, vo + (size_t)lane * UM, vf16);
                 } else {
@@ -901,21 +1004,21 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
 
 template <int GB>
 static int attn_launch(cuda_ctx *c, int D, unsigned gy, unsigned gz, err *e, float *out, const float *q, int n_head,
-                       int n_head_kv, const void *k, int kf16, const void *v, int vf16, const int32_t *pos, float scale)
+                       int n_head_kv, const void *k, int kf16, const void *v, int vf16, const int32_t *pos, float scale, const at_pro &pro)
 {
     switch (D) {
     case 64:
         return launch_clustered(c, k_attn<GB, 64>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
-                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale);
+                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale, pro);
     case 128:
         return launch_clustered(c, k_attn<GB, 128>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
-                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale);
+                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale, pro);
     case 256:
         return launch_clustered(c, k_attn<GB, 256>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
-                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale);
+                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale, pro);
     default:
         return launch_clustered(c, k_attn<GB, 0>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
-                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale);
+                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale, pro);
     }
 }
 
@@ -923,7 +1026,7 @@ static int attn_launch(cuda_ctx *c, int D, unsigned gy, unsigned gz, err *e, flo
  * hence the kernel and its cluster); n_q rows are computed. */
 static int attn_run(cuda_ctx *c, float *out, const float *q, int n_q, int n_q_grid, int n_head, int n_head_kv,
                     int head_dim, const void *k, int k_f16, const void *v, int v_f16, const int32_t *pos, float scale,
-                    err *e)
+                    const at_pro &pro, err *e)
 {
     if (n_q <= 0 || n_q > 65535 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 ||
         head_dim > AT_DMAX || head_dim % 8)
@@ -942,10 +1045,10 @@ static int attn_run(cuda_ctx *c, float *out, const float *q, int n_q, int n_q_gr
     if (c->at_heads > 0 && c->at_heads <= 8 && G % c->at_heads == 0) gb = c->at_heads;
     const unsigned gy = (unsigned)(n_head / gb), gz = (unsigned)n_q;
     switch (gb) {
-    case 8: return attn_launch<8>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
-    case 4: return attn_launch<4>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
-    case 2: return attn_launch<2>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
-    default: return attn_launch<1>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale);
+    case 8: return attn_launch<8>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
+    case 4: return attn_launch<4>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
+    case 2: return attn_launch<2>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
+    default: return attn_launch<1>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
     }
 }
 
@@ -956,14 +1059,41 @@ extern "C" int cuda_attention_decode(cuda_ctx *c, float *out, const float *q, in
                                      int head_dim, const void *k, int k_f16, const void *v, int v_f16,
                                      const int32_t *pos, float scale, err *e)
 {
-    return attn_run(c, out, q, n_q, n_q, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos, scale, e);
+    return attn_run(c, out, q, n_q, n_q, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos, scale, at_pro{}, e);
 }
 
 extern "C" int cuda_attention_rows(cuda_ctx *c, float *out, const float *q, int n_q, int n_head, int n_head_kv,
                                    int head_dim, const void *k, int k_f16, const void *v, int v_f16,
                                    const int32_t *pos, float scale, err *e)
 {
-    return attn_run(c, out, q, n_q, 1, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos, scale, e);
+    return attn_run(c, out, q, n_q, 1, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos, scale, at_pro{}, e);
+}
+
+/* One query row: the prologue's arguments checked as cuda_qk_norm_rope_store
+ * checks them, then the attention launch with the prologue (n_rot / 2 <=
+ * AT_DMAX / 2 follows from n_rot <= head_dim). */
+extern "C" int cuda_attention_decode_fused(cuda_ctx *c, float *out, const float *q, const float *k, const float *v,
+                                           const float *q_norm, const float *k_norm, int n_head, int n_head_kv,
+                                           int head_dim, int n_rot, const int32_t *pos, float freq_base,
+                                           float freq_scale, float eps, void *k_cache, void *v_cache, int f16,
+                                           float scale, err *e)
+{
+    if (n_rot <= 0 || (n_rot & 1) || n_rot > head_dim || !k || !v || !q_norm || !k_norm || !k_cache || !v_cache)
+        return err_setf(e, ERR_USAGE, "cuda_attention_decode_fused: head_dim=%d n_rot=%d (even, <= head_dim), "
+                        "k, v, norms and caches needed", head_dim, n_rot);
+    if (out == q) return err_setf(e, ERR_USAGE, "cuda_attention_decode_fused: out must not be q");
+    at_pro pro = {};
+    pro.k = k;
+    pro.v = v;
+    pro.qw = q_norm;
+    pro.kw = k_norm;
+    pro.kcw = k_cache;
+    pro.vcw = v_cache;
+    pro.n_rot = n_rot;
+    pro.theta_scale = powf(freq_base, -2.0f / n_rot);   /* host libm, as cuda_rope_neox */
+    pro.freq_scale = freq_scale;
+    pro.eps = eps;
+    return attn_run(c, out, q, 1, 1, n_head, n_head_kv, head_dim, k_cache, f16, v_cache, f16, pos, scale, pro, e);
 }
 
 /* ==== MoE combine: x += ((w0*e0 + w1*e1) + ...), qwen3moe.c's order ====

@@ -1063,15 +1063,18 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, int no
         TRY(mv(m, &dl->wk, m->xn, m->k, e));
         TRY(mv(m, &dl->wv, m->xn, m->v, e));
     }
-    /* per-head Q/K RMSNorm, RoPE of q and k, the K/V store: one launch */
-    STAGE(CUDA_STAGE_ROPE, cuda_qk_norm_rope_store(cu, m->q, m->k, m->v, dl->q_norm, dl->k_norm, H, Hkv, D, hp->n_rot, pos,
-                                hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps, dl->k_cache, dl->v_cache,
-                                m->kv_f16, e));
-    if (!full) return 0;
-
+    if (!full) {   /* per-head Q/K RMSNorm, RoPE of q and k, the K/V store: one launch */
+        STAGE(CUDA_STAGE_ROPE, cuda_qk_norm_rope_store(cu, m->q, m->k, m->v, dl->q_norm, dl->k_norm, H, Hkv, D,
+                                                       hp->n_rot, pos, hp->rope_freq_base, hp->rope_freq_scale,
+                                                       hp->rms_eps, dl->k_cache, dl->v_cache, m->kv_f16, e));
+        return 0;
+    }
+    /* the same prologue inside the attention's launch (one dependent
+     * kernel fewer: bench/RESULTS.md, session 13) */
     const float scale = 1.0f / sqrtf((float)D);
-    STAGE(CUDA_STAGE_ATTN, cuda_attention_decode(cu, m->att, m->q, 1, H, Hkv, D, dl->k_cache, m->kv_f16, dl->v_cache, m->kv_f16, pos,
-                              scale, e));
+    STAGE(CUDA_STAGE_ATTN, cuda_attention_decode_fused(cu, m->att, m->q, m->k, m->v, dl->q_norm, dl->k_norm, H, Hkv, D,
+                                                       hp->n_rot, pos, hp->rope_freq_base, hp->rope_freq_scale,
+                                                       hp->rms_eps, dl->k_cache, dl->v_cache, m->kv_f16, scale, e));
     /* x = Wo . att + x: the residual is added in the matvec's store */
     const void *xq = m->xq;
     STAGE(CUDA_STAGE_WO_QUANT, act_in(m, &dl->wo, m->att, 1, &xq, e));

@@ -140,7 +140,10 @@ void cuda_model_set_pdl(cuda_model *m, int on);
 
 /* The decode row's kernels of a layer, in order, for cuda_model_set_skip.
  * CUDA_STAGE_COMBINE is the MoE combine with the next norm + quantization
- * when they share its launch. */
+ * when they share its launch; CUDA_STAGE_ATTN the attention with the Q/K
+ * norm, RoPE and K/V store (cuda_attention_decode_fused), so
+ * CUDA_STAGE_ROPE has a kernel only in a layer that stops after its K/V
+ * store. */
 enum {
     CUDA_STAGE_NONE, CUDA_STAGE_QKV, CUDA_STAGE_ROPE, CUDA_STAGE_ATTN, CUDA_STAGE_WO_QUANT, CUDA_STAGE_WO,
     CUDA_STAGE_FFN_NORM, CUDA_STAGE_ROUTER, CUDA_STAGE_TOPK, CUDA_STAGE_GATE_UP, CUDA_STAGE_DOWN_QUANT,

@@ -47,14 +47,15 @@ __device__ __forceinline__ float moe_term(float acc, float e, float w, int t)
     return t ? __fadd_rn(acc, p) : p;
 }
 
-/* NeoX RoPE tables of one position, by a CTA of `nthr` threads: cs[i],
- * sn[i] for i < n_rot / 2, theta = the CPU's chain of float products
- * p * theta_scale^i (ops_rope_cache), cos/sin of freq_scale * theta in
- * double, rounded once. Ends without a barrier. */
+/* NeoX RoPE tables of one position, by a CTA of `nthr` threads, this one
+ * thread `tid` of them (entries tid, tid + nthr, ...): cs[i], sn[i] for
+ * i < n_rot / 2, theta = the CPU's chain of float products p *
+ * theta_scale^i (ops_rope_cache), cos/sin of freq_scale * theta in double,
+ * rounded once. Ends without a barrier. */
 __device__ __forceinline__ void rope_table(float *cs, float *sn, int half, int p, float theta_scale,
-                                           float freq_scale, int nthr)
+                                           float freq_scale, int tid, int nthr)
 {
-    for (int i = threadIdx.x; i < half; i += nthr) {
+    for (int i = tid; i < half; i += nthr) {
         float theta = (float)p;
         for (int t = 0; t < i; t++) theta = __fmul_rn(theta, theta_scale);
         const double a = (double)__fmul_rn(freq_scale, theta);
@@ -63,6 +64,32 @@ __device__ __forceinline__ void rope_table(float *cs, float *sn, int half, int p
         cs[i] = (float)co;
         sn[i] = (float)s;
     }
+}
+
+/* One head's RMSNorm (n <= RMS_THREADS floats) by one warp, bit for bit
+ * what rms_row over a CTA of RMS_THREADS threads gives: there thread t
+ * squares element t, each warp sums its 32 squares by an xor butterfly
+ * (every lane ends with the same bits) and the warps' sums are added in
+ * warp order from 0.0; here lane l plays thread 32 v + l of each warp v in
+ * turn. Warps past the row's end would add 0.0 (exact), so they are
+ * skipped. y may alias x (each lane reads its elements before writing
+ * them). */
+__device__ __forceinline__ void warp_rms(float *y, const float *x, const float *__restrict__ w, int n, float eps,
+                                         int lane)
+{
+    double t = 0.0;
+#pragma unroll
+    for (int v = 0; v < RMS_THREADS / 32; v++) {
+        if (32 * v >= n) break;
+        const int i = 32 * v + lane;
+        const float xv = i < n ? x[i] : 0.0f;
+        double s = i < n ? (double)__fmul_rn(xv, xv) : 0.0;
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        t += s;
+    }
+    const float mean = (float)(t / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = lane; i < n; i += 32) y[i] = __fmul_rn(__fmul_rn(x[i], scale), w[i]);
 }
 
 /* Rotate pair i of one head in place (ops_rope_neox's rounded products
