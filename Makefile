@@ -154,7 +154,8 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 # add.f32 into one FFMA or not depending on its register budget, so two
 # kernels meant to be bit-identical (split Q8_0 rows and Q8_0, the matmul
 # and the matvec) could round differently; the CPU path (x86-64 baseline)
-# never fuses either.
+# never fuses either. Where a fused multiply-add is meant, the code says
+# fmaf.
 NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -fmad=false -Xcompiler -Wall,-Wextra
 CUDA_LIBS ?= -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
 CUDA_SRC  := $(sort $(wildcard src/backend/cuda/*.cu))

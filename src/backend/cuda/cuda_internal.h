@@ -59,7 +59,9 @@ static inline int cuda_launch_check(err *e, const char *what)
  * written two or more launches back, and issues L2 prefetches first;
  * k_matvec_direct, for a matrix chosen by its arguments alone (no ids) or
  * by ids written two or more launches back (cuda_matvec_args.ids_early),
- * prefetches that matrix's rows into L2 first. Reading data written two
+ * loads the first rows of that matrix (its weights: written at load, or by
+ * cuda_repack_q8_0, which ends with an empty launch for this) and
+ * prefetches the rest into L2 first. Reading data written two
  * or more launches back before the wait is safe: this grid launched only
  * after every CTA of the previous grid had passed its own wait, so the
  * grid before that had completed and its writes were visible. A prefetch reads nothing

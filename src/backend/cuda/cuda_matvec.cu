@@ -410,6 +410,8 @@ extern "C" int cuda_act_quant_swiglu(cuda_ctx *c, int wtype, const float *g, con
  * 32 nb + 2 b) back. Why: a Q8_0 row's blocks are 34 bytes, so half of
  * them start at 2 mod 4 and qd_item_q8_0 reads its 16 quants as 8
  * halfwords; split, an item is one 16-byte load (qd_item_q8_0s). */
+__global__ void k_pdl_fence() { pdl_enter(); }
+
 __global__ void k_repack_q8_0(uint8_t *w, int64_t rows, int nb)
 {
     pdl_enter();
@@ -435,7 +437,14 @@ extern "C" int cuda_repack_q8_0(cuda_ctx *c, void *w, int64_t rows, int64_t k, e
         return err_setf(e, ERR_UNSUPPORTED, "cuda_repack_q8_0: k=%lld: a row of %lld bytes exceeds 48 KB of shared memory",
                         (long long)k, (long long)rb);
     const unsigned grid = (unsigned)(rows < 4096 ? rows : 4096);
-    return cuda_launch(c, k_repack_q8_0, grid, 256, (size_t)rb, e, "repack q8_0", (uint8_t *)w, rows, (int)(k / 32));
+    TRY_MV(cuda_launch(c, k_repack_q8_0, grid, 256, (size_t)rb, e, "repack q8_0", (uint8_t *)w, rows, (int)(k / 32)));
+    /* The direct matvec loads a known matrix's first rows before its
+     * dependency wait, which pdl_enter's contract allows only for data
+     * written two or more launches back: a matvec launched right after
+     * this repack would read the rows half rewritten (seen on the H200 in
+     * session 13: split rows differing from Q8_0's at 4096 x 2048). One
+     * empty launch puts the repack two back for whatever comes next. */
+    return cuda_launch(c, k_pdl_fence, 1, 32, 0, e, "repack q8_0 fence");
 }
 
 /* ==== Matvec ==== */
