@@ -508,6 +508,23 @@ struct at_pro {
  * rms_row's sum), so the bits are its. The RoPE table is built by the
  * last threads (its entries are long serial chains) while the first warps
  * norm. Ends with a barrier. */
+/* The new K or V row (D floats of src) as the cache holds it: stored at
+ * element offset off of cache (f16 when f16; cache NULL: not stored by
+ * this CTA) and kept in dst as floats (f16-rounded when f16). dst may be
+ * src: each thread reads and writes only its own elements. */
+__device__ __forceinline__ void at_new_row(float *dst, const float *src, void *cache, size_t off, int D, int f16)
+{
+    for (int t = threadIdx.x; t < D; t += AT_THREADS) {
+        const float x = src[t];
+        const uint16_t h = qd_f2h(x);
+        if (cache) {
+            if (f16) ((uint16_t *)cache)[off + t] = h;
+            else ((float *)cache)[off + t] = x;
+        }
+        dst[t] = f16 ? dev_h2f(h) : x;
+    }
+}
+
 template <int GB, int DM>
 __device__ __forceinline__ void at_prologue(const at_pro &pro, const float *qr, float *sq, float *snk, float *snv,
                                             float *cs, float *sn, int D, int hk, int pn, int has_new, int writes,
@@ -518,16 +535,7 @@ __device__ __forceinline__ void at_prologue(const at_pro &pro, const float *qr, 
     for (int j = warp; j < GB + has_new; j += AT_WARPS)
         warp_rms(j < GB ? sq + j * DM : snk, j < GB ? qr + (size_t)j * D : pro.k + (size_t)hk * D,
                  j < GB ? pro.qw : pro.kw, D, pro.eps, lane);
-    if (has_new)
-        for (int t = tid; t < D; t += AT_THREADS) {
-            const float x = pro.v[(size_t)hk * D + t];
-            const uint16_t h = qd_f2h(x);
-            if (writes) {
-                if (f16) ((uint16_t *)pro.vcw)[off + t] = h;
-                else ((float *)pro.vcw)[off + t] = x;
-            }
-            snv[t] = f16 ? dev_h2f(h) : x;
-        }
+    if (has_new) at_new_row(snv, pro.v + (size_t)hk * D, writes ? pro.vcw : NULL, off, D, f16);
     __syncthreads();
     for (int it = tid; it < (GB + has_new) * half; it += AT_THREADS) {
         const int j = it / half, i = it - j * half;
@@ -535,15 +543,7 @@ __device__ __forceinline__ void at_prologue(const at_pro &pro, const float *qr, 
     }
     if (has_new) {
         __syncthreads();
-        for (int t = tid; t < D; t += AT_THREADS) {
-            const float x = snk[t];
-            const uint16_t h = qd_f2h(x);
-            if (writes) {
-                if (f16) ((uint16_t *)pro.kcw)[off + t] = h;
-                else ((float *)pro.kcw)[off + t] = x;
-            }
-            snk[t] = f16 ? dev_h2f(h) : x;
-        }
+        at_new_row(snk, snk, writes ? pro.kcw : NULL, off, D, f16);
     }
     __syncthreads();
 }
