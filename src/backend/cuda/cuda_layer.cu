@@ -498,16 +498,6 @@ struct at_pro {
     float theta_scale, freq_scale, eps;
 };
 
-/* What k_qk_norm_rope_store does for one row, for the heads of one CTA:
- * its GB query heads normed and rotated into sq (row stride DM), and, when
- * the CTA's slice holds the row's position (has_new), its KV head's key
- * normed and rotated into snk and the value row copied to snv, both as the
- * caches will hold them (f16-rounded when f16); the CTA that `writes`
- * stores them to the caches at element offset off. The same device
- * functions as k_qk_norm_rope_store in the same order (warp_rms is
- * rms_row's sum), so the bits are its. The RoPE table is built by the
- * last threads (its entries are long serial chains) while the first warps
- * norm. Ends with a barrier. */
 /* The new K or V row (D floats of src) as the cache holds it: stored at
  * element offset off of cache (f16 when f16; cache NULL: not stored by
  * this CTA) and kept in dst as floats (f16-rounded when f16). dst may be
@@ -525,6 +515,16 @@ __device__ __forceinline__ void at_new_row(float *dst, const float *src, void *c
     }
 }
 
+/* What k_qk_norm_rope_store does for one row, for the heads of one CTA:
+ * its GB query heads normed and rotated into sq (row stride DM), and, when
+ * the CTA's slice holds the row's position (has_new), its KV head's key
+ * normed and rotated into snk and the value row copied to snv, both as the
+ * caches will hold them (f16-rounded when f16); the CTA that `writes`
+ * stores them to the caches at element offset off. The same device
+ * functions as k_qk_norm_rope_store in the same order (warp_rms is
+ * rms_row's sum), so the bits are its. The RoPE table is built by the
+ * last threads (its entries are long serial chains) while the first warps
+ * norm. Ends with a barrier. */
 template <int GB, int DM>
 __device__ __forceinline__ void at_prologue(const at_pro &pro, const float *qr, float *sq, float *snk, float *snv,
                                             float *cs, float *sn, int D, int hk, int pn, int has_new, int writes,
@@ -1004,7 +1004,8 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
 
 template <int GB>
 static int attn_launch(cuda_ctx *c, int D, unsigned gy, unsigned gz, err *e, float *out, const float *q, int n_head,
-                       int n_head_kv, const void *k, int kf16, const void *v, int vf16, const int32_t *pos, float scale, const at_pro &pro)
+                       int n_head_kv, const void *k, int kf16, const void *v, int vf16, const int32_t *pos, float scale,
+                       const at_pro &pro)
 {
     switch (D) {
     case 64:
@@ -1045,10 +1046,14 @@ static int attn_run(cuda_ctx *c, float *out, const float *q, int n_q, int n_q_gr
     if (c->at_heads > 0 && c->at_heads <= 8 && G % c->at_heads == 0) gb = c->at_heads;
     const unsigned gy = (unsigned)(n_head / gb), gz = (unsigned)n_q;
     switch (gb) {
-    case 8: return attn_launch<8>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
-    case 4: return attn_launch<4>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
-    case 2: return attn_launch<2>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
-    default: return attn_launch<1>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
+    case 8:
+        return attn_launch<8>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
+    case 4:
+        return attn_launch<4>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
+    case 2:
+        return attn_launch<2>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
+    default:
+        return attn_launch<1>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
     }
 }
 
@@ -1082,17 +1087,9 @@ extern "C" int cuda_attention_decode_fused(cuda_ctx *c, float *out, const float 
         return err_setf(e, ERR_USAGE, "cuda_attention_decode_fused: head_dim=%d n_rot=%d (even, <= head_dim), "
                         "k, v, norms and caches needed", head_dim, n_rot);
     if (out == q) return err_setf(e, ERR_USAGE, "cuda_attention_decode_fused: out must not be q");
-    at_pro pro = {};
-    pro.k = k;
-    pro.v = v;
-    pro.qw = q_norm;
-    pro.kw = k_norm;
-    pro.kcw = k_cache;
-    pro.vcw = v_cache;
-    pro.n_rot = n_rot;
-    pro.theta_scale = powf(freq_base, -2.0f / n_rot);   /* host libm, as cuda_rope_neox */
-    pro.freq_scale = freq_scale;
-    pro.eps = eps;
+    /* theta_scale by the host's libm, as cuda_rope_neox */
+    const at_pro pro = { k, v, q_norm, k_norm, k_cache, v_cache, n_rot, powf(freq_base, -2.0f / n_rot),
+                         freq_scale, eps };
     return attn_run(c, out, q, 1, 1, n_head, n_head_kv, head_dim, k_cache, f16, v_cache, f16, pos, scale, pro, e);
 }
 
