@@ -55,7 +55,9 @@ static inline int cuda_launch_check(err *e, const char *what)
  * scheduled once every CTA of the previous grid has passed pdl_enter, so
  * the launch latency and the previous grid's tail overlap. Contract for
  * every kernel of this folder: pdl_enter() is its first statement, before
- * any global memory access. Two exceptions: k_attn reads the position,
+ * any global memory access, L2 prefetches aside (k_rmsnorm_quant,
+ * k_combine_rmsnorm_quant and k_attn prefetch their norm weights first).
+ * Two exceptions: k_attn reads the position,
  * written two or more launches back, and issues L2 prefetches first;
  * k_matvec_direct, for a matrix chosen by its arguments alone (no ids) or
  * by ids written two or more launches back (cuda_matvec_args.ids_early),

@@ -227,6 +227,7 @@ template <int DT>
 __global__ void __launch_bounds__(RMS_THREADS)
 k_rmsnorm_quant(float *y, uint8_t *xq, const float *x, const float *__restrict__ w, int n, float eps)
 {
+    cta_prefetch_l2(w, sizeof(float) * (size_t)n, threadIdx.x, RMS_THREADS);   /* weights: before the wait */
     pdl_enter();
     __shared__ double part[RMS_THREADS / 32];
     __shared__ __align__(16) float sy[CUDA_RMSQ_MAXN];   /* 16: quant_q8_0_oct reads float4 */
@@ -251,34 +252,51 @@ __global__ void __launch_bounds__(RMS_THREADS)
 k_combine_rmsnorm_quant(float *x, const float *__restrict__ eout, const float *__restrict__ wts, int k, float *y,
                         uint8_t *xq, const float *__restrict__ w, int n, float eps)
 {
+    cta_prefetch_l2(w, sizeof(float) * (size_t)n, threadIdx.x, RMS_THREADS);   /* weights: before the wait */
     pdl_enter();
     __shared__ double part[RMS_THREADS / 32];
     __shared__ __align__(16) float sy[CUDA_RMSQ_MAXN];
     const int n4 = n >> 2;
-    for (int g = threadIdx.x; g < n4; g += RMS_THREADS) {
-        const float4 xv = ((const float4 *)x)[g];
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    /* two float4s a thread a round (g and g + RMS_THREADS: n = 2048 is one
+     * round), all their loads issued before the first sum */
+    for (int g0 = threadIdx.x; g0 < n4; g0 += 2 * RMS_THREADS) {
+        const int g1 = g0 + RMS_THREADS, two = g1 < n4;
+        float4 xv[2], acc[2];
+        xv[0] = ((const float4 *)x)[g0];
+        xv[1] = two ? ((const float4 *)x)[g1] : make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int t0 = 0; t0 < k; t0 += CMB_T) {
-            float4 ev[CMB_T];
+            float4 ev[2][CMB_T];
 #pragma unroll
             for (int u = 0; u < CMB_T; u++)
-                if (t0 + u < k) ev[u] = ((const float4 *)(eout + (size_t)(t0 + u) * n))[g];
+                if (t0 + u < k) {
+                    const float4 *er = (const float4 *)(eout + (size_t)(t0 + u) * n);
+                    ev[0][u] = er[g0];
+                    ev[1][u] = two ? er[g1] : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
 #pragma unroll
             for (int u = 0; u < CMB_T; u++) {
                 const int t = t0 + u;
                 if (t < k) {
                     const float wt = wts[t];
-                    acc.x = moe_term(acc.x, ev[u].x, wt, t);
-                    acc.y = moe_term(acc.y, ev[u].y, wt, t);
-                    acc.z = moe_term(acc.z, ev[u].z, wt, t);
-                    acc.w = moe_term(acc.w, ev[u].w, wt, t);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        acc[h].x = moe_term(acc[h].x, ev[h][u].x, wt, t);
+                        acc[h].y = moe_term(acc[h].y, ev[h][u].y, wt, t);
+                        acc[h].z = moe_term(acc[h].z, ev[h][u].z, wt, t);
+                        acc[h].w = moe_term(acc[h].w, ev[h][u].w, wt, t);
+                    }
                 }
             }
         }
-        const float4 o = make_float4(__fadd_rn(acc.x, xv.x), __fadd_rn(acc.y, xv.y), __fadd_rn(acc.z, xv.z),
-                                     __fadd_rn(acc.w, xv.w));
-        ((float4 *)x)[g] = o;
-        ((float4 *)sy)[g] = o;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (h && !two) break;
+            const float4 o = make_float4(__fadd_rn(acc[h].x, xv[h].x), __fadd_rn(acc[h].y, xv[h].y),
+                                         __fadd_rn(acc[h].z, xv[h].z), __fadd_rn(acc[h].w, xv[h].w));
+            ((float4 *)x)[h ? g1 : g0] = o;
+            ((float4 *)sy)[h ? g1 : g0] = o;
+        }
     }
     __syncthreads();   /* rms_row reads sy in another thread-to-element order */
     rmsnorm_quant_row<DT>(y, xq, sy, w, n, eps, part, sy);

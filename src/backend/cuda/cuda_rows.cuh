@@ -9,6 +9,20 @@
 
 #include <math.h>
 
+/* L2 prefetch of the 128-byte lines holding [p, p + bytes), spread over
+ * the nthr threads of a CTA (this one: tid). A kernel issues it before its
+ * dependency wait for bytes written at load (norm weights): a prefetch
+ * reads nothing into the program (cuda_internal.h, pdl_enter), and the
+ * loads after the wait then hit L2 instead of paying HBM's latency on the
+ * kernel's critical path (a layer's norm weights are evicted by the
+ * ~2 GB a token streams between two uses). */
+__device__ __forceinline__ void cta_prefetch_l2(const void *p, size_t bytes, int tid, int nthr)
+{
+    const uintptr_t a0 = (uintptr_t)p & ~(uintptr_t)127, a1 = (uintptr_t)p + bytes;
+    for (uintptr_t a = a0 + 128 * (uintptr_t)tid; a < a1; a += 128 * (uintptr_t)nthr)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a < (uintptr_t)p ? (uintptr_t)p : a));
+}
+
 /* RMSNorm of one row by a CTA of RMS_THREADS threads (all of them call
  * it): the sum of float products in double (ops_rmsnorm), reduced as a
  * tree (per thread, then warp shuffles, then the warps' parts in order);
@@ -77,19 +91,31 @@ __device__ __forceinline__ void rope_table(float *cs, float *sn, int half, int p
 __device__ __forceinline__ void warp_rms(float *y, const float *x, const float *__restrict__ w, int n, float eps,
                                          int lane)
 {
+    /* the lane's x and w loaded together first (n <= 256: one round trip,
+     * not one for x and another for w after the sum) */
+    float xv[RMS_THREADS / 32], wv[RMS_THREADS / 32];
+#pragma unroll
+    for (int v = 0; v < RMS_THREADS / 32; v++) {
+        const int i = 32 * v + lane;
+        xv[v] = i < n ? x[i] : 0.0f;
+        wv[v] = i < n ? w[i] : 0.0f;
+    }
     double t = 0.0;
 #pragma unroll
     for (int v = 0; v < RMS_THREADS / 32; v++) {
         if (32 * v >= n) break;
         const int i = 32 * v + lane;
-        const float xv = i < n ? x[i] : 0.0f;
-        double s = i < n ? (double)__fmul_rn(xv, xv) : 0.0;
+        double s = i < n ? (double)__fmul_rn(xv[v], xv[v]) : 0.0;
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         t += s;
     }
     const float mean = (float)(t / n);
     const float scale = 1.0f / sqrtf(mean + eps);
-    for (int i = lane; i < n; i += 32) y[i] = __fmul_rn(__fmul_rn(x[i], scale), w[i]);
+#pragma unroll
+    for (int v = 0; v < RMS_THREADS / 32; v++) {
+        const int i = 32 * v + lane;
+        if (i < n) y[i] = __fmul_rn(__fmul_rn(xv[v], scale), wv[v]);
+    }
 }
 
 /* Rotate pair i of one head in place (ops_rope_neox's rounded products
