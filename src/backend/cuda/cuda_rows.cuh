@@ -31,9 +31,19 @@ __device__ __forceinline__ void cta_prefetch_l2(const void *p, size_t bytes, int
  * memory. Ends without a barrier: the caller syncs before reading y
  * written by other threads. */
 #define RMS_THREADS 256
+#define RMS_WREG 8
 __device__ __forceinline__ void rms_row(float *y, const float *x, const float *__restrict__ w, int n, float eps,
                                         double *part)
 {
+    /* the thread's first RMS_WREG weights loaded with x, before the sum,
+     * so the scaling after the barrier waits on no global load (n <= 2048:
+     * all of them) */
+    float wr[RMS_WREG];
+#pragma unroll
+    for (int j = 0; j < RMS_WREG; j++) {
+        const int i = threadIdx.x + j * RMS_THREADS;
+        wr[j] = i < n ? w[i] : 0.0f;
+    }
     double s = 0.0;
 #pragma unroll 8
     for (int i = threadIdx.x; i < n; i += RMS_THREADS) {
@@ -47,7 +57,13 @@ __device__ __forceinline__ void rms_row(float *y, const float *x, const float *_
     for (int i = 0; i < RMS_THREADS / 32; i++) t += part[i];
     const float mean = (float)(t / n);
     const float scale = 1.0f / sqrtf(mean + eps);
-    for (int i = threadIdx.x; i < n; i += RMS_THREADS) y[i] = __fmul_rn(__fmul_rn(x[i], scale), w[i]);
+#pragma unroll
+    for (int j = 0; j < RMS_WREG; j++) {
+        const int i = threadIdx.x + j * RMS_THREADS;
+        if (i < n) y[i] = __fmul_rn(__fmul_rn(x[i], scale), wr[j]);
+    }
+    for (int i = threadIdx.x + RMS_WREG * RMS_THREADS; i < n; i += RMS_THREADS)
+        y[i] = __fmul_rn(__fmul_rn(x[i], scale), w[i]);
 }
 
 /* One term of the MoE combine (cuda_moe_combine's order, qwen3moe.c's):
