@@ -774,13 +774,11 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
  * shuffle tree): results are deterministic run to run. */
 #define MVD_WARPS 8
 
-/* L2 prefetch of a CTA's rows: the lines that hold a byte of [g, g + n),
- * never past it. */
+/* L2 prefetch of a CTA's rows [g, g + n): cta_prefetch_l2 over all its
+ * threads. */
 __device__ __forceinline__ void mvd_prefetch_l2(const uint8_t *g, size_t n)
 {
-    const uintptr_t a0 = (uintptr_t)g & ~(uintptr_t)127, a1 = (uintptr_t)g + n;
-    for (uintptr_t a = a0 + 128 * (uintptr_t)threadIdx.x; a < a1; a += 128 * (uintptr_t)blockDim.x)
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a < (uintptr_t)g ? (uintptr_t)g : a));
+    cta_prefetch_l2(g, n, threadIdx.x, blockDim.x);
 }
 
 /* The direct kernels' geometry: lg_s (2^lg_s lanes a row: the smallest

@@ -11,7 +11,8 @@
 
 /* L2 prefetch of the 128-byte lines holding [p, p + bytes), spread over
  * the nthr threads of a CTA (this one: tid). A kernel issues it before its
- * dependency wait for bytes written at load (norm weights): a prefetch
+ * dependency wait for bytes written at load (norm weights; the direct
+ * matvec's rows, mvd_prefetch_l2): a prefetch
  * reads nothing into the program (cuda_internal.h, pdl_enter), and the
  * loads after the wait then hit L2 instead of paying HBM's latency on the
  * kernel's critical path (a layer's norm weights are evicted by the
