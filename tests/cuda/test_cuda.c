@@ -735,6 +735,13 @@ TEST(test_errors)
     err_clear(&e);
     CHECK(cuda_step_probe(g_cu, 1 << 20, 1, 10, &us, &e) == ERR_USAGE);
     err_clear(&e);
+    CHECK(cuda_step_probe(g_cu, 4, 3, 10, &us, &e) == ERR_USAGE);   /* no mode 3 */
+    err_clear(&e);
+    /* the ticket chain runs to its end (a lost ticket would hang here),
+     * also with links of more CTAs than fit at once with their neighbours */
+    CHECK_MSG(cuda_step_probe(g_cu, 8, 2, 50, &us, &e) == 0 && us > 0.f, "ticket step probe: %s", e.msg);
+    CHECK_MSG(cuda_step_probe(g_cu, 4 * cuda_get_info(g_cu)->sm_count, 2, 50, &us, &e) == 0 && us > 0.f,
+              "ticket step probe: %s", e.msg);
     CHECK(cuda_act_bytes(QTYPE_Q4_K, 512) == 2 * 292);
     CHECK(cuda_act_bytes(QTYPE_Q5_K, 512) == 2 * 292);
     CHECK(cuda_act_bytes(QTYPE_Q8_0, 64) == 2 * 34);

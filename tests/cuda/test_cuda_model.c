@@ -787,10 +787,11 @@ static int bench(const char *path, int quick)
     if (e.code) fprintf(stderr, "bench: read probe: %s\n", e.msg);
     /* the latency of one dependent step, same run: the floor under a token
      * that is a chain of n_kern kernels each needing the one before */
-    float st1 = 0, stg = 0, stb = 0;
+    float st1 = 0, stg = 0, stb = 0, stt1 = 0, sttg = 0;
     const int sms = cu ? cuda_get_info(cu)->sm_count : 0;
     if (cu && (cuda_step_probe(cu, 1, 0, 2000, &st1, &e) || cuda_step_probe(cu, 4 * sms, 0, 2000, &stg, &e) ||
-               cuda_step_probe(cu, 2 * sms, 1, 2000, &stb, &e)))
+               cuda_step_probe(cu, 2 * sms, 1, 2000, &stb, &e) || cuda_step_probe(cu, 1, 2, 2000, &stt1, &e) ||
+               cuda_step_probe(cu, 4 * sms, 2, 2000, &sttg, &e)))
         fprintf(stderr, "bench: step probe: %s\n", e.msg);
     if (cu) { cuda_free(cu, buf); cuda_free(cu, sink); cuda_close(cu); }
 
@@ -817,6 +818,9 @@ static int bench(const char *path, int quick)
                "%.3f); the floor allows %.0f tok/s = %.3f of read bandwidth\n", n_kern,
                (double)n_kern / hp->n_layer, lat, lat_g, 4 * sms, byt, tok_ms, tok_ms / floor_ms, lat, byt,
                1e3 / floor_ms, byt / floor_ms);
+        printf("bench: dependent step by tickets (each link spins on the previous link's release count, then "
+               "waits for its grid only before it exits): %.2f us (1 CTA, %.2fx the PDL wait's), %.2f us (%d CTAs, "
+               "%.2fx)\n", stt1, stt1 > 0 ? st1 / stt1 : 0.0, sttg, 4 * sms, sttg > 0 ? stg / sttg : 0.0);
     }
     printf("bench: prefill 192 rows: chunks (grouped matmuls) %.1f tok/s, one graph replay a row %.1f tok/s (%.2fx); "
            "logits %s\n", pp_chunk, pp_rows, pp_rows > 0 ? pp_chunk / pp_rows : 0.0,

@@ -274,6 +274,31 @@ __global__ void k_chain_step(const unsigned *in, unsigned *out)
     }
 }
 
+/* k_ticket_step: a k_chain_step link synchronised by tickets (see
+ * cuda_step_probe's mode 2): tin is this link's ticket (NULL: the first
+ * link), need the previous link's CTA count, tout the next link's. */
+__global__ void k_ticket_step(const unsigned *tin, unsigned need, const unsigned *in, unsigned *out, unsigned *tout)
+{
+    if (threadIdx.x == 0 && tin) {
+        unsigned now;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(now) : "l"(tin) : "memory");
+        } while (now < need);
+    }
+    __syncthreads();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+    if (threadIdx.x == 0) {
+        const unsigned v = __ldcg(in);
+        if (blockIdx.x == 0) out[0] = v + 1;
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(tout) : "memory");
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __global__ void k_barrier_chain(unsigned *bar, unsigned *val, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -294,11 +319,12 @@ __global__ void k_barrier_chain(unsigned *bar, unsigned *val, int n)
     }
 }
 
-extern "C" int cuda_step_probe(cuda_ctx *c, int ctas, int persistent, int steps, float *us, err *e)
+extern "C" int cuda_step_probe(cuda_ctx *c, int ctas, int mode, int steps, float *us, err *e)
 {
     *us = 0;
-    if (ctas < 1 || steps < 1 || steps > 100000)
-        return err_setf(e, ERR_USAGE, "cuda_step_probe: ctas=%d steps=%d", ctas, steps);
+    if (ctas < 1 || steps < 1 || steps > 100000 || mode < 0 || mode > 2)
+        return err_setf(e, ERR_USAGE, "cuda_step_probe: ctas=%d mode=%d steps=%d", ctas, mode, steps);
+    const int persistent = mode == 1;
     if (persistent) {
         int per_sm = 0;
         int r = cuda_fail(e, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_barrier_chain, 256, 0),
@@ -307,14 +333,24 @@ extern "C" int cuda_step_probe(cuda_ctx *c, int ctas, int persistent, int steps,
         if (ctas > per_sm * c->info.sm_count)
             return err_setf(e, ERR_USAGE, "cuda_step_probe: %d CTAs are not all resident (%d an SM)", ctas, per_sm);
     }
+    /* [0, 64): the values (and the barrier); mode 2: the links' tickets
+     * after them, steps + 1 of them */
+    const size_t nbuf = 64 + (mode == 2 ? (size_t)steps + 1 : 0);
     unsigned *buf = NULL;
-    int r = cuda_fail(e, cudaMalloc((void **)&buf, 64 * sizeof(unsigned)), "step probe alloc");
+    int r = cuda_fail(e, cudaMalloc((void **)&buf, nbuf * sizeof(unsigned)), "step probe alloc");
     if (r) return r;
     cuda_graph *g = NULL;
     if (!(r = cuda_fail(e, cudaMemsetAsync(buf, 0, 64 * sizeof(unsigned), c->stream), "step probe memset")) &&
         !(r = cuda_graph_begin(c, e))) {
         int rl = 0;
-        if (persistent) {
+        if (mode == 2) {
+            unsigned *tk = buf + 64;
+            rl = cuda_memset(c, tk, 0, ((size_t)steps + 1) * sizeof(unsigned), e);
+            for (int i = 0; i < steps && !rl; i++)
+                rl = cuda_launch(c, k_ticket_step, dim3((unsigned)ctas), dim3(256), 0, e, "step probe",
+                                 (const unsigned *)(i ? tk + i : NULL), (unsigned)ctas,
+                                 (const unsigned *)(buf + 32 * (i & 1)), buf + 32 * (~i & 1), tk + i + 1);
+        } else if (persistent) {
             k_barrier_chain<<<ctas, 256, 0, c->stream>>>(buf, buf + 32, steps);
             rl = cuda_launch_check(e, "step probe");
         } else {

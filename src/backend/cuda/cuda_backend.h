@@ -117,11 +117,18 @@ int  cuda_read_step(cuda_ctx *c, const void *buf_dev, size_t bytes, uint32_t *si
  * that each need the one before: `steps` links, each a launch of `ctas`
  * CTAs of 256 threads as a programmatic dependent of the previous (as the
  * decode graph runs its kernels), whose CTAs read the previous link's value
- * and whose CTA 0 writes the next; or (persistent) one grid of `ctas`
- * resident CTAs passing `steps` grid-wide barriers with the same
- * dependency. Captured as one graph, replayed 6 times: *us = the best
- * replay's microseconds a step. */
-int  cuda_step_probe(cuda_ctx *c, int ctas, int persistent, int steps, float *us, err *e);
+ * and whose CTA 0 writes the next; or (mode 1, persistent) one grid of
+ * `ctas` resident CTAs passing `steps` grid-wide barriers with the same
+ * dependency; or (mode 2, tickets) the launches of mode 0 where a link
+ * does not wait for the previous grid's completion (griddepcontrol.wait)
+ * before its work but for the previous link's ticket: each CTA of a link,
+ * after its stores, adds 1 (release) to the next link's ticket, and the
+ * next link's CTAs spin (acquire) until it reaches the previous link's CTA
+ * count, then let their dependents launch; griddepcontrol.wait comes only
+ * before a CTA exits, which keeps the transitive guarantee for whatever
+ * follows the chain. Captured as one graph (mode 2: the tickets zeroed
+ * first), replayed 6 times: *us = the best replay's microseconds a step. */
+int  cuda_step_probe(cuda_ctx *c, int ctas, int mode, int steps, float *us, err *e);
 
 /* ==== CUDA graphs: capture a sequence of enqueued calls, replay it ====
  * cuda_graph_begin starts capturing the context's stream (thread-local
