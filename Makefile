@@ -157,6 +157,9 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 # never fuses either. Where a fused multiply-add is meant, the code says
 # fmaf.
 NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -fmad=false -Xcompiler -Wall,-Wextra
+# CUDA_TRACE=1: the chain trace compiled in (cuda_trace_begin; bench/cuda/
+# trace.sh); build it in its own BUILD folder, e.g. BUILD=build/trace.
+NVCCFLAGS += $(if $(CUDA_TRACE),-DSTRATA_CUDA_TRACE)
 CUDA_LIBS ?= -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
 CUDA_SRC  := $(sort $(wildcard src/backend/cuda/*.cu))
 CUDA_HDR  := $(wildcard src/backend/cuda/*.h src/backend/cuda/*.cuh)

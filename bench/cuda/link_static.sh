@@ -10,14 +10,17 @@
 #   TREE  a checkout (this one: .; a base revision for bench/cuda/ab.sh:
 #         git worktree add /tmp/base REV && make -C /tmp/base BUILD=build/cu cuda)
 #   OUT   a folder, e.g. build/prebuilt/bin (build/ is ignored: carry it)
+#   BD    (environment) the tree's build folder, default build/cu (a trace
+#         build: BD=build/trace, bench/cuda/trace.sh)
 set -e
+BD=${BD:-build/cu}
 T=${1:?usage: link_static.sh TREE OUT}
 O=${2:?usage: link_static.sh TREE OUT}
 mkdir -p "$O"
 O=$(cd "$O" && pwd)
 cd "$T"
 CF="-std=c11 -O2 -g -Wall -Wextra -Wpointer-arith -Wvla -D_GNU_SOURCE -Isrc -Iapps/cli -Iapps/eval -pthread -Itests"
-LIBS="build/cu/cuda/libstrata_cuda.a build/cu/libstrata.a -pthread -L${CUDA_HOME:-/usr/local/cuda}/lib64 -Wl,-Bstatic -lcudart_static -lpcre2-8 -luring -lmicrohttpd -Wl,-Bdynamic -lcjson -ldl -lrt -lpthread -lstdc++ -lm"
+LIBS="$BD/cuda/libstrata_cuda.a $BD/libstrata.a -pthread -L${CUDA_HOME:-/usr/local/cuda}/lib64 -Wl,-Bstatic -lcudart_static -lpcre2-8 -luring -lmicrohttpd -Wl,-Bdynamic -lcjson -ldl -lrt -lpthread -lstdc++ -lm"
 for t in test_cuda test_cuda_layer test_cuda_model; do
     cc $CF -o "$O/$t" "tests/cuda/$t.c" $LIBS
     strip "$O/$t"

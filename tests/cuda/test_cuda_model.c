@@ -50,6 +50,9 @@
  * bench/cuda/ab.sh reads: an A/B round in a quarter of the time).
  * --bench-stages [PATH]: the decode token with each stage of the row's
  * layers left out in turn (bench_stages; bench/cuda/stages.sh).
+ * --bench-trace [PATH]: where a decode token's time goes, kernel by kernel,
+ * in the chain as it runs (bench_trace; bench/cuda/trace.sh; needs a build
+ * with CUDA_TRACE=1).
  * --bench-tiered [PATH [host|ssd]]: the experts in host RAM behind GPU arenas of 10%,
  * 25% and 50% (see bench_tiered).
  * --profile [PATH]: one prompt row and 2 greedy steps, plain launches, for a
@@ -608,6 +611,148 @@ static int ensure_model(const char *path, const char *preset, const char *who)
 static void print_greedy(int n_tok, double s)
 {
     printf("bench: greedy %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok, s, n_tok / s, 1e3 * s / n_tok);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median of v[0..n) (sorts v) */
+static double median_of(double *v, int n)
+{
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The period of a token's launch names: the smallest P (<= 64) and first
+ * index a such that names[a .. a + (L - 2) * P) repeats every P launches
+ * (L - 2 layers: the first and last may differ), a + L * P <= K. Returns
+ * P, 0 when none (or L < 4). */
+static int layer_period(const char *const *nm, int K, int L, int *a_out)
+{
+    for (int P = 1; L >= 4 && P <= 64; P++)
+        for (int a = 0; a + L * P <= K; a++) {
+            int ok = 1;
+            for (int k = 0; ok && k < (L - 3) * P; k++) ok = strcmp(nm[a + k], nm[a + k + P]) == 0;
+            if (ok) { *a_out = a; return P; }
+        }
+    return 0;
+}
+
+/* Where a decode token's time goes, kernel by kernel, in the chain as it
+ * runs (graph replays, programmatic dependent launch, nothing left out):
+ * the chain trace (cuda_trace_begin) of NT greedy tokens. The graph is
+ * captured again first: its capture names the token's K launches in order,
+ * and every replay must record K. For each launch slot of a layer
+ * (the layer's period found from the names; L - 2 layers that repeat it),
+ * over layers and tokens: its share of the chain, t_wait of the next
+ * record minus its own (from the moment its predecessor's completion
+ * released it to the moment its own released its successor: the shares
+ * add up to the token), and its early start, t_wait - t_enter of its CTA 0
+ * (resident before its predecessor was done: the window its pre-wait
+ * loads and prefetches had). Means and medians. */
+static int bench_trace(const char *path)
+{
+    err e = {0};
+    if (ensure_model(path, "30b-a3b", "trace")) return 1;
+    cpu_side c;
+    if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "trace: %s\n", e.msg); cpu_close(&c); return 1; }
+    enum { NT = 64, CAP = 1 << 17 };
+    cuda_model *g = NULL;
+    cuda_model_opts go = { .device = 0, .n_ctx = 256, .kv_f16 = 1 };
+    if (cuda_model_open(&g, &c.hp, c.w, &go, &e)) { fprintf(stderr, "trace: %s\n", e.msg); cpu_close(&c); return 1; }
+    cuda_ctx *cu = cuda_model_cuda(g);
+    const int L = c.hp.n_layer;
+    int32_t out[NT];
+    uint64_t *te = malloc(sizeof *te * CAP), *tw = malloc(sizeof *tw * CAP);
+    const char **nm = malloc(sizeof *nm * CAP);
+    double *sh = NULL, *ea = NULL;
+    const char *const *names = NULL;
+    int rc = !te || !tw || !nm ? err_setf(&e, ERR_NOMEM, "out of memory") : 0;
+    int K = 0, nrec = 0, nn = 0;
+    if (!rc) rc = cuda_model_greedy(g, 1, 1, 16, out, &e);   /* warm-up, graphs captured */
+    if (!rc) rc = cuda_trace_begin(cu, CAP, &e);
+    /* the graphs captured again inside the trace: the capture names the
+     * token's launches, its first replay records them */
+    if (!rc) {
+        cuda_model_set_pdl(g, 1);   /* drops the graphs */
+        rc = cuda_model_greedy(g, 1, 17, 1, out, &e);
+    }
+    if (!rc) rc = cuda_trace_read(cu, te, tw, CAP, &nrec, &names, &nn, &e);
+    if (!rc && (nn != nrec || nn <= 0 || nn > CAP)) {
+        rc = err_setf(&e, ERR_INTERNAL, "a captured step launched %d kernels but its replay recorded %d", nn, nrec);
+        for (int i = 0; i < nn && i < CAP && i < 40; i++) fprintf(stderr, "trace: launch %d: %s\n", i, names[i]);
+    }
+    if (!rc) {
+        K = nn;
+        memcpy(nm, names, sizeof *nm * (size_t)K);
+    }
+    if (!rc) rc = cuda_trace_reset(cu, &e);
+    if (!rc) rc = cuda_model_greedy(g, 1, 17, NT, out, &e);
+    if (!rc) rc = cuda_trace_read(cu, te, tw, CAP, &nrec, &names, &nn, &e);
+    if (!rc && nrec != NT * K)
+        rc = err_setf(&e, ERR_INTERNAL, "%d graph tokens recorded %d kernels, not %d x %d", NT, nrec, NT, K);
+    int a = 0;
+    const int P = rc ? 0 : layer_period(nm, K, L, &a);
+    if (!rc && !P) rc = err_setf(&e, ERR_INTERNAL, "no layer period in the token's %d launch names", K);
+    const int ns = NT * (L - 2);
+    if (!rc) {
+        sh = malloc(sizeof *sh * (size_t)P * ns);
+        ea = malloc(sizeof *ea * (size_t)P * ns);
+        if (!sh || !ea) rc = err_setf(&e, ERR_NOMEM, "out of memory");
+    }
+    cuda_trace_end(cu);
+    cuda_model_close(g);
+    cpu_close(&c);
+    if (rc) {
+        fprintf(stderr, "trace: %s\n", e.msg);
+        free(te), free(tw), free(nm), free(sh), free(ea);
+        return 1;
+    }
+    /* the timer's step: the smallest positive difference of two readings */
+    uint64_t res = UINT64_MAX;
+    for (int i = 0; i + 1 < nrec; i++) {
+        const uint64_t d = tw[i + 1] > tw[i] ? tw[i + 1] - tw[i] : 0, d2 = tw[i] > te[i] ? tw[i] - te[i] : 0;
+        if (d && d < res) res = d;
+        if (d2 && d2 < res) res = d2;
+    }
+    const double tok_us = (double)(tw[(NT - 1) * K] - tw[0]) / (NT - 1) / 1e3;
+    printf("trace: %d greedy tokens of %d kernels (graph replays), %d layers; a token %.1f us (first kernel to "
+           "first kernel); timer step <= %llu ns\n", NT, K, L, tok_us, (unsigned long long)res);
+    printf("trace: a layer is %d launches; %d layers from launch %d repeat them, %d samples a slot\n", P, L - 2, a, ns);
+    double layer_sum = 0, mean1[64], med1[64], mean2[64], med2[64];
+    for (int j = 0; j < P; j++) {
+        int n = 0;
+        double s1 = 0, s2 = 0;
+        for (int t = 0; t < NT; t++)
+            for (int l = 0; l < L - 2; l++) {
+                const int r = t * K + a + l * P + j;
+                if (r + 1 >= nrec) continue;
+                sh[(size_t)j * ns + n] = (double)(int64_t)(tw[r + 1] - tw[r]) / 1e3;
+                ea[(size_t)j * ns + n] = (double)(int64_t)(tw[r] - te[r]) / 1e3;
+                s1 += sh[(size_t)j * ns + n];
+                s2 += ea[(size_t)j * ns + n];
+                n++;
+            }
+        mean1[j] = n ? s1 / n : 0;
+        mean2[j] = n ? s2 / n : 0;
+        med1[j] = median_of(sh + (size_t)j * ns, n);
+        med2[j] = median_of(ea + (size_t)j * ns, n);
+        layer_sum += mean1[j];
+    }
+    printf("| slot | kernel | share us (mean) | share us (median) | early start us (mean) | early start us (median) | "
+           "share of a layer |\n|---:|---|---:|---:|---:|---:|---:|\n");
+    for (int j = 0; j < P; j++)
+        printf("| %d | %s | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n", j, nm[a + j], mean1[j], med1[j], mean2[j],
+               med2[j], layer_sum > 0 ? 100 * mean1[j] / layer_sum : 0);
+    printf("trace: a layer %.2f us (sum of the slots' means); %d layers of it %.1f us of the %.1f us token; "
+           "the rest (embedding, first and last layer's extras, head, argmax, step) %.1f us\n", layer_sum, L,
+           L * layer_sum, tok_us, tok_us - L * layer_sum);
+    free(te), free(tw), free(nm), free(sh), free(ea);
+    return 0;
 }
 
 /* Where a decode token's time goes in the graph-replayed chain, overlap
@@ -1225,6 +1370,8 @@ int main(int argc, char **argv)
     if (do_bench || do_quick) return bench(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf", do_quick);
     if (argc > 1 && strcmp(argv[1], "--bench-stages") == 0)
         return bench_stages(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
+    if (argc > 1 && strcmp(argv[1], "--bench-trace") == 0)
+        return bench_trace(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
     if (argc > 1 && strcmp(argv[1], "--profile") == 0) return profile(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
     if (do_tiered)
         return bench_tiered(argc > 2 ? argv[2] : "/tmp/strata-80b-a3b.gguf",

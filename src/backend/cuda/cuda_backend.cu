@@ -62,6 +62,7 @@ extern "C" void cuda_close(cuda_ctx *c)
 {
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
+    cuda_trace_end(c);
     if (c->copy) cudaStreamSynchronize(c->copy);
     if (c->ev_copy) cudaEventDestroy(c->ev_copy);
     if (c->copy) cudaStreamDestroy(c->copy);
@@ -424,4 +425,104 @@ extern "C" int cuda_read_probe(cuda_ctx *c, const void *buf, size_t bytes, uint3
     const int threads = 512, blocks = c->info.sm_count * 4;
     k_read_probe<<<blocks, threads, 0, c->stream>>>((const uint4 *)buf, bytes / 16, sink);
     return cuda_launch_check(e, "read probe");
+}
+
+/* ==== The chain trace (cuda_internal.h, cuda_backend.h) ==== */
+#ifdef STRATA_CUDA_TRACE
+CUDA_TRACE_BIND(backend)
+extern "C" int cuda_trace_bind_layer(void *p);
+extern "C" int cuda_trace_bind_matvec(void *p);
+extern "C" int cuda_trace_bind_ops(void *p);
+extern "C" int cuda_trace_bind_step(void *p);
+
+/* Point every .cu file's ct_buf at p (NULL: recording off). */
+static int trace_bind_all(void *p)
+{
+    return cuda_trace_bind_backend(p) | cuda_trace_bind_layer(p) | cuda_trace_bind_matvec(p) |
+           cuda_trace_bind_ops(p) | cuda_trace_bind_step(p);
+}
+#endif
+
+extern "C" int cuda_trace_begin(cuda_ctx *c, int cap, err *e)
+{
+#ifdef STRATA_CUDA_TRACE
+    cuda_trace_end(c);
+    if (cap <= 0 || cap > (1 << 24)) return err_setf(e, ERR_USAGE, "cuda_trace_begin: cap %d out of range", cap);
+    const size_t bytes = offsetof(cuda_trace_buf, rec) + sizeof(cuda_trace_rec) * (size_t)cap;
+    c->tr_names = (const char **)calloc((size_t)cap, sizeof *c->tr_names);
+    if (!c->tr_names) return err_setf(e, ERR_NOMEM, "cuda_trace_begin: out of memory");
+    void *d = NULL;
+    int r = cuda_fail(e, cudaMalloc(&d, bytes), "cuda_trace_begin: cudaMalloc");
+    const unsigned int hdr[2] = { 0u, (unsigned int)cap };
+    if (!r) r = cuda_fail(e, cudaMemset(d, 0, bytes), "cuda_trace_begin: cudaMemset");
+    if (!r) r = cuda_fail(e, cudaMemcpy(d, hdr, sizeof hdr, cudaMemcpyHostToDevice), "cuda_trace_begin: cudaMemcpy");
+    if (!r && trace_bind_all(d)) r = err_setf(e, ERR_INTERNAL, "cuda_trace_begin: binding the trace buffer failed");
+    if (r) {
+        trace_bind_all(NULL);
+        cudaFree(d);
+        free(c->tr_names);
+        c->tr_names = NULL;
+        return r;
+    }
+    c->tr_dev = (cuda_trace_buf *)d;
+    c->tr_cap = cap;
+    c->tr_nn = 0;
+    return 0;
+#else
+    (void)c;
+    (void)cap;
+    return err_setf(e, ERR_UNSUPPORTED, "cuda_trace_begin: this build has no chain trace (make cuda CUDA_TRACE=1)");
+#endif
+}
+
+extern "C" int cuda_trace_reset(cuda_ctx *c, err *e)
+{
+    if (!c->tr_dev) return err_setf(e, ERR_USAGE, "cuda_trace_reset: no trace begun");
+    int r = cuda_fail(e, cudaStreamSynchronize(c->stream), "cuda_trace_reset: sync");
+    if (!r) r = cuda_fail(e, cudaMemset(c->tr_dev, 0, sizeof(unsigned int)), "cuda_trace_reset: cudaMemset");
+    if (!r) r = cuda_fail(e, cudaDeviceSynchronize(), "cuda_trace_reset: sync");
+    c->tr_nn = 0;
+    return r;
+}
+
+extern "C" int cuda_trace_read(cuda_ctx *c, uint64_t *t_enter, uint64_t *t_wait, int cap, int *n_rec,
+                               const char *const **names, int *n_names, err *e)
+{
+    *n_rec = 0;
+    *names = NULL;
+    *n_names = 0;
+    if (!c->tr_dev) return err_setf(e, ERR_USAGE, "cuda_trace_read: no trace begun");
+    unsigned int seq = 0;
+    int r = cuda_fail(e, cudaStreamSynchronize(c->stream), "cuda_trace_read: sync");
+    if (!r) r = cuda_fail(e, cudaMemcpy(&seq, c->tr_dev, sizeof seq, cudaMemcpyDeviceToHost), "cuda_trace_read: copy");
+    const int n = (int)(seq < (unsigned int)c->tr_cap ? seq : (unsigned int)c->tr_cap), m = n < cap ? n : cap;
+    for (int i0 = 0; !r && i0 < m; i0 += 4096) {   /* through a bounded host buffer */
+        cuda_trace_rec buf[4096];
+        const int k = m - i0 < 4096 ? m - i0 : 4096;
+        r = cuda_fail(e, cudaMemcpy(buf, c->tr_dev->rec + i0, sizeof(cuda_trace_rec) * (size_t)k, cudaMemcpyDeviceToHost),
+                      "cuda_trace_read: copy");
+        for (int i = 0; !r && i < k; i++) {
+            t_enter[i0 + i] = buf[i].t_enter;
+            t_wait[i0 + i] = buf[i].t_wait;
+        }
+    }
+    if (r) return r;
+    *n_rec = (int)(seq > (unsigned int)INT32_MAX ? INT32_MAX : seq);
+    *names = c->tr_names;
+    *n_names = c->tr_nn;
+    return 0;
+}
+
+extern "C" void cuda_trace_end(cuda_ctx *c)
+{
+    if (!c->tr_dev) return;
+#ifdef STRATA_CUDA_TRACE
+    cudaStreamSynchronize(c->stream);
+    trace_bind_all(NULL);
+#endif
+    cudaFree(c->tr_dev);
+    free(c->tr_names);
+    c->tr_dev = NULL;
+    c->tr_names = NULL;
+    c->tr_cap = c->tr_nn = 0;
 }

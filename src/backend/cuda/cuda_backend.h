@@ -130,6 +130,26 @@ int  cuda_read_step(cuda_ctx *c, const void *buf_dev, size_t bytes, uint32_t *si
  * first), replayed 6 times: *us = the best replay's microseconds a step. */
 int  cuda_step_probe(cuda_ctx *c, int ctas, int mode, int steps, float *us, err *e);
 
+/* ==== The chain trace (bench/cuda/trace.sh) ====
+ * Only in a build with STRATA_CUDA_TRACE (make cuda CUDA_TRACE=1);
+ * elsewhere begin fails with ERR_UNSUPPORTED and the others do nothing.
+ * From cuda_trace_begin on, the first thread of CTA 0 of every kernel
+ * records two %globaltimer readings (nanoseconds): when it entered
+ * pdl_enter and when its dependency wait returned, in launch order (see
+ * cuda_internal.h); and every launch enqueued through this context (a
+ * graph capture included; replays launch nothing here) records its name.
+ * cap: records and names kept (the counts go on past it).
+ * cuda_trace_read syncs the stream and copies min(*n_rec, cap) records
+ * (t_enter[i], t_wait[i]) out; *n_rec is the count taken so far, names
+ * (*names, valid until the next begin or end) the launch names, *n_names
+ * their count. cuda_trace_reset zeroes both counts; cuda_trace_end stops
+ * recording and frees the buffers. */
+int  cuda_trace_begin(cuda_ctx *c, int cap, err *e);
+int  cuda_trace_reset(cuda_ctx *c, err *e);
+int  cuda_trace_read(cuda_ctx *c, uint64_t *t_enter, uint64_t *t_wait, int cap, int *n_rec, const char *const **names,
+                     int *n_names, err *e);
+void cuda_trace_end(cuda_ctx *c);
+
 /* ==== CUDA graphs: capture a sequence of enqueued calls, replay it ====
  * cuda_graph_begin starts capturing the context's stream (thread-local
  * capture mode): every enqueued call after it (kernels, cuda_memset,

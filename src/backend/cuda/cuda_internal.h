@@ -32,6 +32,11 @@ struct cuda_ctx {
     int          pdl;        /* cuda_set_pdl: kernels launched as programmatic dependents */
     int          at_cluster; /* cuda_attention_force_cluster: cap on the attention's cluster, 0 none */
     int          at_heads;   /* cuda_attention_force_heads: query heads a CTA (1, 2, 4, 8), 0 the heuristic */
+    /* the chain trace (cuda_trace_begin; builds with STRATA_CUDA_TRACE) */
+    struct cuda_trace_buf *tr_dev;   /* device records, NULL when off */
+    int          tr_cap;     /* records (and launch names) it holds */
+    const char **tr_names;   /* host: the `what` of each launch since begin */
+    int          tr_nn;      /* names recorded (may exceed tr_cap: counted) */
 };
 
 /* Record a failed CUDA call as ERR_INTERNAL ("what: cudaErrorX: text").
@@ -73,12 +78,66 @@ static inline int cuda_launch_check(err *e, const char *what)
  * predecessor before completing); launch_dependents then lets the next grid
  * start launching. Launched the ordinary way (or after a copy or an event
  * wait) both are no-ops. */
+/* ==== The chain trace (bench/cuda/trace.sh) ====
+ * Built only with -DSTRATA_CUDA_TRACE (make cuda CUDA_TRACE=1); the
+ * release build's pdl_enter has no trace code. In a trace build the first
+ * thread of CTA (0, 0, 0) of every kernel reads %globaltimer when it
+ * enters pdl_enter and when its griddepcontrol.wait returns, then takes
+ * the next record by an atomic increment. The records are in launch order:
+ * CTA 0 of kernel n + 1 passes its wait only after kernel n has completed,
+ * CTA 0 of kernel n included. So t_wait[n + 1] - t_wait[n] is kernel n's
+ * share of the dependent chain as it runs (overlap included, nothing left
+ * out), and t_wait[n] - t_enter[n] how long CTA 0 waited resident for its
+ * predecessor (its early-start window). Without -rdc every .cu file has
+ * its own copy of the device pointer ct_buf: each binds it by its
+ * CUDA_TRACE_BIND function, all called by cuda_trace_begin/end. */
+struct cuda_trace_rec { unsigned long long t_enter, t_wait; };
+struct cuda_trace_buf {
+    unsigned int seq, cap;   /* records taken (may pass cap: counted), room */
+    unsigned int pad[2];
+    struct cuda_trace_rec rec[1];   /* [cap] */
+};
+#ifdef STRATA_CUDA_TRACE
+static __device__ struct cuda_trace_buf *ct_buf;   /* one per .cu file */
+#define CUDA_TRACE_BIND(tu) \
+    extern "C" int cuda_trace_bind_##tu(void *p) { return cudaMemcpyToSymbol(ct_buf, &p, sizeof p) != cudaSuccess; }
+__device__ __forceinline__ unsigned long long ct_now()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#else
+#define CUDA_TRACE_BIND(tu)
+#endif
+
 __device__ __forceinline__ void pdl_enter()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#ifdef STRATA_CUDA_TRACE
+    const unsigned long long t0 = ct_now();
 #endif
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#ifdef STRATA_CUDA_TRACE
+    const unsigned long long t1 = ct_now();
+#endif
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#ifdef STRATA_CUDA_TRACE
+    if (ct_buf && (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) == 0) {
+        const unsigned int n = atomicAdd(&ct_buf->seq, 1u);
+        if (n < ct_buf->cap) { ct_buf->rec[n].t_enter = t0; ct_buf->rec[n].t_wait = t1; }
+    }
+#endif
+#endif
+}
+
+/* A launch's name into the trace's list (cuda_trace_begin), in launch
+ * order; the host side of the records above. */
+static inline void cuda_trace_name(cuda_ctx *c, const char *what)
+{
+    if (!c->tr_dev) return;
+    if (c->tr_nn < c->tr_cap) c->tr_names[c->tr_nn] = what;
+    c->tr_nn++;
 }
 
 /* Launch fn<<<grid, block, smem, c->stream>>>(args...) as a programmatic
@@ -98,6 +157,7 @@ static inline int cuda_launch(cuda_ctx *c, void (*fn)(KArgs...), dim3 grid, dim3
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = c->pdl ? 1 : 0;
+    cuda_trace_name(c, what);
     const cudaError_t rc = cudaLaunchKernelEx(&cfg, fn, ((KArgs)args)...);
     if (rc != cudaSuccess) {
         cudaGetLastError();

@@ -98,6 +98,7 @@ static int launch_clustered(cuda_ctx *c, void (*fn)(KArgs...), unsigned gy, unsi
     const void *key = (const void *)fn;
     int cl = cluster_size(key, c->info.device, threads);
     if (cap > 0 && cap < cl) cl = cap;
+    cuda_trace_name(c, what);
     for (;;) {
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3((unsigned)cl, gy, gz);
@@ -1199,3 +1200,5 @@ extern "C" int cuda_argmax(cuda_ctx *c, int32_t *out, const float *x, int rows, 
         return err_setf(e, ERR_USAGE, "cuda_argmax: rows=%d n=%lld", rows, (long long)n);
     return launch_clustered(c, k_argmax, (unsigned)rows, 1u, AM_THREADS, 0, e, "argmax", out, x, n);
 }
+
+CUDA_TRACE_BIND(layer)

@@ -1160,3 +1160,5 @@ extern "C" int cuda_matvec(cuda_ctx *c, int wtype, const void *w, int64_t rows, 
     a.y = y;
     return cuda_matvec_batch(c, &a, e);
 }
+
+CUDA_TRACE_BIND(matvec)

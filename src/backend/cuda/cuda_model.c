@@ -1576,6 +1576,8 @@ const char *cuda_model_stage_name(int stage)
     return stage >= 0 && stage < CUDA_STAGE_COUNT ? names[stage] : "?";
 }
 
+cuda_ctx *cuda_model_cuda(cuda_model *m) { return m->cu; }
+
 void cuda_model_set_pdl(cuda_model *m, int on)
 {
     cuda_sync(m->cu, NULL);

@@ -155,6 +155,9 @@ enum {
  * results are then wrong (later kernels read stale buffers) while the
  * work of the others is the same. Drops the captured graphs likewise. */
 void cuda_model_set_skip(cuda_model *m, int stage);
+/* The model's device context, for a benchmark's instruments that work on
+ * it directly (cuda_trace_*); the model keeps owning it. */
+struct cuda_ctx *cuda_model_cuda(cuda_model *m);
 /* "qkv", "rope", ... ("?" out of range) */
 const char *cuda_model_stage_name(int stage);
 

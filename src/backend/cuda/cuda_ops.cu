@@ -200,3 +200,5 @@ extern "C" int cuda_router_topk(cuda_ctx *c, const float *logits, int n, int k, 
     return cuda_launch(c, k_router, (rows + RT_WARPS - 1) / RT_WARPS, 32 * RT_WARPS, 0, e, "router", logits, n, k,
                        rows, ids, w);
 }
+
+CUDA_TRACE_BIND(ops)

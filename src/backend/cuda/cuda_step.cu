@@ -27,3 +27,5 @@ extern "C" int cuda_step_next(cuda_ctx *c, int32_t *tok_slot, int32_t *pos_slot,
 {
     return cuda_launch(c, k_step_next, 1, 1, 0, e, "step next", tok_slot, pos_slot, tok_hist);
 }
+
+CUDA_TRACE_BIND(step)
