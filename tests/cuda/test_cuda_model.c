@@ -613,6 +613,20 @@ static void print_greedy(int n_tok, double s)
     printf("bench: greedy %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok, s, n_tok / s, 1e3 * s / n_tok);
 }
 
+/* The decode benches' model: path (generated with the 30b-a3b preset when
+ * missing) read by the CPU side *c and uploaded whole into *g (n_ctx 256,
+ * f16 K/V); messages start with `who`. On failure both are closed. */
+static int bench_model_open(const char *path, const char *who, cpu_side *c, cuda_model **g)
+{
+    err e = {0};
+    *g = NULL;
+    if (ensure_model(path, "30b-a3b", who)) return 1;
+    if (cpu_open(c, path, 0, 0, 0, &e)) { fprintf(stderr, "%s: %s\n", who, e.msg); cpu_close(c); return 1; }
+    cuda_model_opts go = { .device = 0, .n_ctx = 256, .kv_f16 = 1 };
+    if (cuda_model_open(g, &c->hp, c->w, &go, &e)) { fprintf(stderr, "%s: %s\n", who, e.msg); cpu_close(c); return 1; }
+    return 0;
+}
+
 static int cmp_dbl(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -657,13 +671,10 @@ static int layer_period(const char *const *nm, int K, int L, int *a_out)
 static int bench_trace(const char *path)
 {
     err e = {0};
-    if (ensure_model(path, "30b-a3b", "trace")) return 1;
     cpu_side c;
-    if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "trace: %s\n", e.msg); cpu_close(&c); return 1; }
+    cuda_model *g;
+    if (bench_model_open(path, "trace", &c, &g)) return 1;
     enum { NT = 64, CAP = 1 << 17 };
-    cuda_model *g = NULL;
-    cuda_model_opts go = { .device = 0, .n_ctx = 256, .kv_f16 = 1 };
-    if (cuda_model_open(&g, &c.hp, c.w, &go, &e)) { fprintf(stderr, "trace: %s\n", e.msg); cpu_close(&c); return 1; }
     cuda_ctx *cu = cuda_model_cuda(g);
     const int L = c.hp.n_layer;
     int32_t out[NT];
@@ -764,13 +775,10 @@ static int bench_trace(const char *path)
 static int bench_stages(const char *path)
 {
     err e = {0};
-    if (ensure_model(path, "30b-a3b", "stages")) return 1;
     cpu_side c;
-    if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "stages: %s\n", e.msg); cpu_close(&c); return 1; }
+    cuda_model *g;
+    if (bench_model_open(path, "stages", &c, &g)) return 1;
     enum { ROUNDS = 3, NT = 64 };
-    cuda_model *g = NULL;
-    cuda_model_opts go = { .device = 0, .n_ctx = 256, .kv_f16 = 1 };
-    if (cuda_model_open(&g, &c.hp, c.w, &go, &e)) { fprintf(stderr, "stages: %s\n", e.msg); cpu_close(&c); return 1; }
     int32_t out[NT];
     double ms[CUDA_STAGE_COUNT][ROUNDS];
     int kern[CUDA_STAGE_COUNT];
