@@ -742,6 +742,29 @@ TEST(test_errors)
     CHECK_MSG(cuda_step_probe(g_cu, 8, 2, 50, &us, &e) == 0 && us > 0.f, "ticket step probe: %s", e.msg);
     CHECK_MSG(cuda_step_probe(g_cu, 4 * cuda_get_info(g_cu)->sm_count, 2, 50, &us, &e) == 0 && us > 0.f,
               "ticket step probe: %s", e.msg);
+    /* the chain trace: reset and read before a begin; begin names the
+     * build option when the library was built without it (the test is
+     * plain C: which build it links is known only by asking), and in a
+     * trace build refuses a bad room */
+    uint64_t t0[1], t1[1];
+    const char *const *tn = NULL;
+    int nr = -1, nn = -1;
+    CHECK(cuda_trace_reset(g_cu, &e) == ERR_USAGE);
+    err_clear(&e);
+    CHECK(cuda_trace_read(g_cu, t0, t1, 1, &nr, &tn, &nn, &e) == ERR_USAGE && nr == 0 && nn == 0 && !tn);
+    err_clear(&e);
+    const int trc = cuda_trace_begin(g_cu, 16, &e);
+    if (trc == 0) {
+        CHECK(cuda_trace_reset(g_cu, &e) == 0);
+        CHECK(cuda_trace_read(g_cu, t0, t1, 1, &nr, &tn, &nn, &e) == 0 && nr == 0 && nn == 0);
+        CHECK(cuda_trace_begin(g_cu, 0, &e) == ERR_USAGE);   /* and the trace it replaced is ended */
+        err_clear(&e);
+        CHECK(cuda_trace_reset(g_cu, &e) == ERR_USAGE);
+    } else {
+        CHECK_MSG(trc == ERR_UNSUPPORTED && strstr(e.msg, "CUDA_TRACE=1"), "%s", e.msg);
+    }
+    err_clear(&e);
+    cuda_trace_end(g_cu);   /* nothing begun: a no-op */
     CHECK(cuda_act_bytes(QTYPE_Q4_K, 512) == 2 * 292);
     CHECK(cuda_act_bytes(QTYPE_Q5_K, 512) == 2 * 292);
     CHECK(cuda_act_bytes(QTYPE_Q8_0, 64) == 2 * 34);

@@ -796,9 +796,7 @@ static int bench_stages(const char *path)
     if (rc) { fprintf(stderr, "stages: %s\n", e.msg); cpu_close(&c); return 1; }
     double med[CUDA_STAGE_COUNT];
     for (int st = 0; st < CUDA_STAGE_COUNT; st++) {
-        double *v = ms[st];   /* median of 3 */
-        const double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
-        med[st] = v[2] < lo ? lo : v[2] > hi ? hi : v[2];
+        med[st] = median_of(ms[st], ROUNDS);
     }
     const int L = c.hp.n_layer;
     printf("stages: a greedy token %.3f ms, %d kernels (%d layers; medians of %d rounds of %d tokens)\n", med[0],

@@ -54,30 +54,6 @@ static inline int cuda_launch_check(err *e, const char *what)
     return cuda_fail(e, cudaGetLastError(), what);
 }
 
-/* ==== Programmatic dependent launch (Hopper) ====
- * A kernel launched by cuda_launch (or launch_clustered) may begin while
- * the kernel before it on the stream is still finishing: its CTAs are
- * scheduled once every CTA of the previous grid has passed pdl_enter, so
- * the launch latency and the previous grid's tail overlap. Contract for
- * every kernel of this folder: pdl_enter() is its first statement, before
- * any global memory access, L2 prefetches aside (k_rmsnorm_quant,
- * k_combine_rmsnorm_quant and k_attn prefetch their norm weights first).
- * Two exceptions: k_attn reads the position,
- * written two or more launches back, and issues L2 prefetches first;
- * k_matvec_direct, for a matrix chosen by its arguments alone (no ids) or
- * by ids written two or more launches back (cuda_matvec_args.ids_early),
- * loads the first rows of that matrix (its weights: written at load, or by
- * cuda_repack_q8_0, which ends with an empty launch for this) and
- * prefetches the rest into L2 first. Reading data written two
- * or more launches back before the wait is safe: this grid launched only
- * after every CTA of the previous grid had passed its own wait, so the
- * grid before that had completed and its writes were visible. A prefetch reads nothing
- * into the program, so it cannot observe a write it should have waited for.
- * griddepcontrol.wait returns once the previous grid has completed and its
- * writes are visible (transitively: that grid itself waited for its
- * predecessor before completing); launch_dependents then lets the next grid
- * start launching. Launched the ordinary way (or after a copy or an event
- * wait) both are no-ops. */
 /* ==== The chain trace (bench/cuda/trace.sh) ====
  * Built only with -DSTRATA_CUDA_TRACE (make cuda CUDA_TRACE=1); the
  * release build's pdl_enter has no trace code. In a trace build the first
@@ -111,6 +87,30 @@ __device__ __forceinline__ unsigned long long ct_now()
 #define CUDA_TRACE_BIND(tu)
 #endif
 
+/* ==== Programmatic dependent launch (Hopper) ====
+ * A kernel launched by cuda_launch (or launch_clustered) may begin while
+ * the kernel before it on the stream is still finishing: its CTAs are
+ * scheduled once every CTA of the previous grid has passed pdl_enter, so
+ * the launch latency and the previous grid's tail overlap. Contract for
+ * every kernel of this folder: pdl_enter() is its first statement, before
+ * any global memory access, L2 prefetches aside (k_rmsnorm_quant,
+ * k_combine_rmsnorm_quant and k_attn prefetch their norm weights first).
+ * Two exceptions: k_attn reads the position,
+ * written two or more launches back, and issues L2 prefetches first;
+ * k_matvec_direct, for a matrix chosen by its arguments alone (no ids) or
+ * by ids written two or more launches back (cuda_matvec_args.ids_early),
+ * loads the first rows of that matrix (its weights: written at load, or by
+ * cuda_repack_q8_0, which ends with an empty launch for this) and
+ * prefetches the rest into L2 first. Reading data written two
+ * or more launches back before the wait is safe: this grid launched only
+ * after every CTA of the previous grid had passed its own wait, so the
+ * grid before that had completed and its writes were visible. A prefetch reads nothing
+ * into the program, so it cannot observe a write it should have waited for.
+ * griddepcontrol.wait returns once the previous grid has completed and its
+ * writes are visible (transitively: that grid itself waited for its
+ * predecessor before completing); launch_dependents then lets the next grid
+ * start launching. Launched the ordinary way (or after a copy or an event
+ * wait) both are no-ops. */
 __device__ __forceinline__ void pdl_enter()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
