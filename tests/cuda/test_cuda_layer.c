@@ -102,11 +102,11 @@ TEST(test_errors)
     err_clear(&e);
     CHECK(cuda_get_rows(g_cu, QTYPE_Q4_K, f, 143, 1, 256, ids, 1, f, NULL, &e) == ERR_USAGE);   /* row_bytes */
     err_clear(&e);
-    CHECK(cuda_attention_decode(g_cu, f, f, 1, 32, 4, 100, f, 1, f, 1, ids, 0.1f, &e) == ERR_USAGE);   /* d % 8 */
+    CHECK(cuda_attention_decode(g_cu, f, f, 1, 32, 4, 100, f, 1, f, 1, ids, 1, 0.1f, &e) == ERR_USAGE);   /* d % 8 */
     err_clear(&e);
-    CHECK(cuda_attention_decode(g_cu, f, f, 1, 32, 5, 128, f, 1, f, 1, ids, 0.1f, &e) == ERR_USAGE);   /* 32 % 5 */
+    CHECK(cuda_attention_decode(g_cu, f, f, 1, 32, 5, 128, f, 1, f, 1, ids, 1, 0.1f, &e) == ERR_USAGE);   /* 32 % 5 */
     err_clear(&e);
-    CHECK(cuda_attention_decode(g_cu, f, f, 1, 8, 2, 264, f, 1, f, 1, ids, 0.1f, &e) == ERR_USAGE);    /* d > 256 */
+    CHECK(cuda_attention_decode(g_cu, f, f, 1, 8, 2, 264, f, 1, f, 1, ids, 1, 0.1f, &e) == ERR_USAGE);    /* d > 256 */
     err_clear(&e);
     CHECK(cuda_rope_neox(g_cu, f, 1, 4, 128, 129, ids, 1e6f, 1.0f, &e) == ERR_USAGE);   /* odd n_rot */
     err_clear(&e);
@@ -405,7 +405,8 @@ static void check_attention(const attn_case *t)
     void *dk = dev_from(kc, kes * rs * n_ctx), *dv = dev_from(vc, ves * rs * n_ctx);
     int32_t *dp = dev_from(&t->pos0, sizeof(int32_t));
     err e = {0};
-    CHECK_MSG(cuda_attention_decode(g_cu, dout, dq, t->n_q, H, Hkv, D, dk, t->k_f16, dv, t->v_f16, dp, scale, &e) == 0,
+    CHECK_MSG(cuda_attention_decode(g_cu, dout, dq, t->n_q, H, Hkv, D, dk, t->k_f16, dv, t->v_f16, dp,
+                                    t->pos0 + t->n_q, scale, &e) == 0,
               "%s", e.msg);
     download(got, dout, sizeof(float) * QD * t->n_q);
     double worst = 0;
@@ -426,13 +427,16 @@ static void check_attention(const attn_case *t)
     free(q); free(kf); free(vf); free(kc); free(vc); free(ref); free(got); free(scores); free(p); free(bound);
 }
 
-/* cuda_attention_rows == one-row calls, bit for bit, for rows on both
- * sides of the switch between the kernel's paths (with 16-CTA clusters,
- * all warps on each tile up to position 1023, per-warp tiles from 1024) */
-static void check_attention_rows(void)
+/* cuda_attention_rows == one-row calls (each with its own context as the
+ * bound), bit for bit, for NQ rows from P0: across the ends of the launch
+ * shape's buckets (contexts 128 | 129 and 2048 | 2049: one launch per
+ * bucket, the cluster 4 | 8 | 16) and across a switch between the
+ * kernel's paths (with 8-CTA clusters, all warps on each tile up to
+ * context 512, per-warp tiles beyond) */
+static void check_attention_rows(int P0)
 {
-    enum { NQ = 40, P0 = 1000, H = 32, HKV = 4, D = 128 };
-    const size_t QD = (size_t)H * D, rs = (size_t)HKV * D, n_ctx = P0 + NQ;
+    enum { NQ = 40, H = 32, HKV = 4, D = 128 };
+    const size_t QD = (size_t)H * D, rs = (size_t)HKV * D, n_ctx = (size_t)P0 + NQ;
     float *q = xmalloc(sizeof(float) * QD * NQ);
     uint16_t *kc = xmalloc(2 * rs * n_ctx), *vc = xmalloc(2 * rs * n_ctx);
     for (size_t i = 0; i < QD * NQ; i++) q[i] = frand() * 2.0f;
@@ -446,13 +450,14 @@ static void check_attention_rows(void)
     err e = {0};
     const int32_t p0 = P0;
     cuda_upload(g_cu, dp, &p0, sizeof p0, &e);
-    CHECK_MSG(cuda_attention_rows(g_cu, drows, dq, NQ, H, HKV, D, dk, 1, dv, 1, dp, scale, &e) == 0, "%s", e.msg);
+    CHECK_MSG(cuda_attention_rows(g_cu, drows, dq, NQ, H, HKV, D, dk, 1, dv, 1, dp, P0, scale, &e) == 0, "%s", e.msg);
     download(rows, drows, sizeof(float) * QD * NQ);
     int differ = 0;
     for (int i = 0; i < NQ; i++) {
         const int32_t p = P0 + i;
         cuda_upload(g_cu, dp, &p, sizeof p, &e);
-        CHECK_MSG(cuda_attention_decode(g_cu, done, dq + (size_t)i * QD, 1, H, HKV, D, dk, 1, dv, 1, dp, scale, &e) == 0,
+        CHECK_MSG(cuda_attention_decode(g_cu, done, dq + (size_t)i * QD, 1, H, HKV, D, dk, 1, dv, 1, dp, p + 1, scale,
+                                        &e) == 0,
                   "%s", e.msg);
         download(one, done, sizeof(float) * QD);
         if (memcmp(one, rows + (size_t)i * QD, sizeof(float) * QD)) differ++;
@@ -486,7 +491,9 @@ TEST(test_attention)
         { 1, 64, 8, 64, 200,   0, 1, 0, 2.0f },   /* spread, d 64 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
-    check_attention_rows();
+    check_attention_rows(100);    /* contexts 101..140: buckets 0 and 1 */
+    check_attention_rows(490);    /* 491..530: 8-CTA clusters, spread | per-warp tiles */
+    check_attention_rows(2030);   /* 2031..2070: buckets 1 and 2 */
 }
 
 /* cuda_attention_decode_fused == cuda_qk_norm_rope_store +
@@ -524,10 +531,10 @@ static void check_attention_fused(int H, int Hkv, int D, int n_rot, int f16, int
     cuda_attention_force_heads(g_cu, gb);
     CHECK_MSG(cuda_qk_norm_rope_store(g_cu, qa, qa + qn, qa + qn + kvd, dw, dw + D, H, Hkv, D, n_rot, dp, 1e6f, 1.0f,
                                       1e-6f, kca, vca, f16, &e) == 0 &&
-                  cuda_attention_decode(g_cu, oa, qa, 1, H, Hkv, D, kca, f16, vca, f16, dp, scale, &e) == 0,
+                  cuda_attention_decode(g_cu, oa, qa, 1, H, Hkv, D, kca, f16, vca, f16, dp, p + 1, scale, &e) == 0,
               "%s", e.msg);
     CHECK_MSG(cuda_attention_decode_fused(g_cu, ob, qb, qb + qn, qb + qn + kvd, dw, dw + D, H, Hkv, D, n_rot, dp, 1e6f,
-                                          1.0f, 1e-6f, kcb, vcb, f16, scale, &e) == 0,
+                                          1.0f, 1e-6f, kcb, vcb, f16, p + 1, scale, &e) == 0,
               "%s", e.msg);
     cuda_attention_force_cluster(g_cu, 0);
     cuda_attention_force_heads(g_cu, 0);
@@ -568,9 +575,9 @@ TEST(test_attention_fused)
     err e = {0};
     float x = 0;
     CHECK(cuda_attention_decode_fused(g_cu, &x, &x, &x, &x, &x, &x, 4, 4, 64, 65, NULL, 1e6f, 1.0f, 1e-6f, &x, &x, 1,
-                                      0.1f, &e) == ERR_USAGE);   /* odd n_rot */
+                                      1, 0.1f, &e) == ERR_USAGE);   /* odd n_rot */
     CHECK(cuda_attention_decode_fused(g_cu, &x, &x, &x, &x, &x, &x, 4, 4, 64, 64, NULL, 1e6f, 1.0f, 1e-6f, &x, &x, 1,
-                                      0.1f, &e) == ERR_USAGE);   /* out == q */
+                                      1, 0.1f, &e) == ERR_USAGE);   /* out == q */
 }
 
 /* ==== combine, add ==== */
@@ -781,11 +788,11 @@ static float graph_us(int (*fn)(void *), void *arg, int calls, int reps)
     return ms * 1e3f / (float)(calls * reps);
 }
 
-typedef struct attn_bench { float *out, *q; void *k, *v; int32_t *pos; int f16; } attn_bench;
+typedef struct attn_bench { float *out, *q; void *k, *v; int32_t *pos; int f16, n_kv; } attn_bench;
 static int run_attn(void *p)
 {
     attn_bench *a = p;
-    return cuda_attention_decode(g_cu, a->out, a->q, 1, 32, 4, 128, a->k, a->f16, a->v, a->f16, a->pos,
+    return cuda_attention_decode(g_cu, a->out, a->q, 1, 32, 4, 128, a->k, a->f16, a->v, a->f16, a->pos, a->n_kv,
                                  0.08838834764831845f, NULL);
 }
 typedef struct am_bench { int32_t *out; float *x; int64_t n; } am_bench;
@@ -837,6 +844,7 @@ static void bench(void)
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
             a.f16 = f16;
             cuda_upload(g_cu, a.pos, &ps[i], sizeof(int32_t), &e);
+            a.n_kv = ps[i] + 1;
             const float ms = time_ms(run_attn, &a, 50);
             const double bytes = 2.0 * (ps[i] + 1) * rs * (f16 ? 2 : 4);
             printf("bench: attention 32/4 heads d=128 %s pos %5d: %7.2f us (%.0f GB/s of K+V)\n", f16 ? "f16" : "f32",
@@ -847,6 +855,7 @@ static void bench(void)
     a.f16 = 1;
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
         cuda_upload(g_cu, a.pos, &ps[i], sizeof(int32_t), &e);
+        a.n_kv = ps[i] + 1;
         printf("bench: attention 32/4 heads d=128 f16 pos %5d, graph of 20: %7.2f us a call\n", ps[i],
                graph_us(run_attn, &a, 20, 10));
     }
@@ -855,6 +864,7 @@ static void bench(void)
     for (size_t i = 0; i < sizeof pc / sizeof pc[0]; i++) {
         a.f16 = 1;
         cuda_upload(g_cu, a.pos, &pc[i], sizeof(int32_t), &e);
+        a.n_kv = pc[i] + 1;
         printf("bench: attention f16 pos %5d by cluster cap:", pc[i]);
         for (int cap = 1; cap <= 16; cap *= 2) {
             cuda_attention_force_cluster(g_cu, cap == 16 ? 0 : cap);
@@ -870,6 +880,7 @@ static void bench(void)
     for (size_t i = 0; i < sizeof ph / sizeof ph[0]; i++) {
         a.f16 = 1;
         cuda_upload(g_cu, a.pos, &ph[i], sizeof(int32_t), &e);
+        a.n_kv = ph[i] + 1;
         printf("bench: attention f16 pos %5d by heads a CTA:", ph[i]);
         for (int gb = 1; gb <= 8; gb *= 2) {
             cuda_attention_force_heads(g_cu, gb);

@@ -50,9 +50,13 @@
  * bench/cuda/ab.sh reads: an A/B round in a quarter of the time).
  * --bench-stages [PATH]: the decode token with each stage of the row's
  * layers left out in turn (bench_stages; bench/cuda/stages.sh).
- * --bench-trace [PATH]: where a decode token's time goes, kernel by kernel,
- * in the chain as it runs (bench_trace; bench/cuda/trace.sh; needs a build
- * with CUDA_TRACE=1).
+ * --bench-attn [PATH [CL:GB ...]]: the decode attention's launch shapes
+ * (cluster cap, heads a CTA; default: a set of ten) timed in the whole
+ * chain against the default shape (bench_attn).
+ * --bench-trace [PATH [CL GB]]: where a decode token's time goes, kernel by
+ * kernel, in the chain as it runs (bench_trace; bench/cuda/trace.sh; needs a
+ * build with CUDA_TRACE=1); CL GB: the attention's cluster cap and heads a
+ * CTA (cuda_model_set_attention).
  * --bench-tiered [PATH [host|ssd]]: the experts in host RAM behind GPU arenas of 10%,
  * 25% and 50% (see bench_tiered).
  * --profile [PATH]: one prompt row and 2 greedy steps, plain launches, for a
@@ -283,6 +287,52 @@ static void arena_case(const char *name, const char *what, const hparams *hp, co
     cuda_model_close(ga);
 }
 
+/* The row at position pos (token tok, the same history on both sides)
+ * evaluated again on the CPU and on the GPU (plain path, layers recorded),
+ * held to the prompt's bounds: every layer's NMSE < 1e-4 up to the first
+ * whose expert set differs (a routing near-tie: exactly one expert
+ * swapped), and without such a flip the logits' NMSE < 5e-4. Returns 1
+ * when the row is within them (a greedy divergence there is numerical: the
+ * two forwards differ by no more than the stated tolerance, which the
+ * CPU's top-2 gap is below), 0 when not. Prints what it measured. */
+static int greedy_row_ok(cpu_side *c, cuda_model *g, int32_t tok, int pos, const char *name)
+{
+    const int L = c->hp.n_layer, K = c->hp.n_expert_used, V = c->hp.n_vocab;
+    const int64_t E = c->hp.n_embd;
+    err e = {0};
+    float *lc = xmalloc(sizeof(float) * (size_t)V), *lg = xmalloc(sizeof(float) * (size_t)V);
+    float *yg = xmalloc(sizeof(float) * (size_t)L * (size_t)E);
+    int32_t *sg = xmalloc(sizeof(int32_t) * (size_t)L * (size_t)K);
+    int rc = cpu_eval(c, &tok, 1, pos, lc, &e);
+    cuda_model_set_record(g, 1);
+    if (!rc) rc = cuda_model_eval(g, &tok, 1, pos, lg, &e);
+    cuda_model_set_record(g, 0);
+    if (!rc) rc = cuda_model_layer_outputs(g, yg, &e);
+    if (!rc) rc = cuda_model_layer_experts(g, sg, &e);
+    int ok = !rc, flip = -1;
+    if (rc) CHECK_MSG(0, "%s: re-evaluating position %d: %s", name, pos, e.msg);
+    if (!rc) printf("    the row at position %d again, NMSE per layer:", pos);
+    for (int l = 0; !rc && l < L; l++) {
+        const int sd = set_diff(sg + (size_t)l * K, c->layer_sel + (size_t)l * K, K);
+        const double d = nmse(yg + (size_t)l * E, c->layer_out + (size_t)l * E, (size_t)E);
+        if (sd && flip < 0) {
+            flip = l;
+            ok &= sd == 1;
+        }
+        if (flip < 0) ok &= d < 1e-4;
+        printf(" %.2e%s", d, sd ? "*" : "");
+    }
+    if (!rc) {
+        const double dl = nmse(lg, lc, (size_t)V);
+        if (flip < 0) ok &= dl < 5e-4;
+        printf("; logits %.2e (max |diff| %.3g)%s: %s\n", dl, max_abs_diff(lg, lc, (size_t)V),
+               flip >= 0 ? "; * = a routing near-tie" : "", ok ? "within the bounds, the divergence is numerical"
+                                                             : "OUTSIDE the bounds");
+    }
+    free(lc), free(lg), free(yg), free(sg);
+    return ok;
+}
+
 static void check_model(const model_spec *ms)
 {
     char path[256];
@@ -409,8 +459,16 @@ static void check_model(const model_spec *ms)
             printf("    greedy: first divergence at step %d of %d: cpu %d, gpu %d; cpu top-2 gap %.3g "
                    "(noise at the prompt %.3g; gpu id is cpu's %s)\n", div, N_GREEDY + 1, (int)ci[div],
                    (int)gi[div], gap[div], noise, sec_ok ? "second best" : "NOT second best");
-            CHECK_MSG(sec_ok && gap[div] <= 16 * noise, "%s: greedy diverges at step %d beyond the noise", ms->name,
-                      div);
+            /* Beyond the prompt's noise, the divergence is numerical when
+             * the row whose logits chose it (step div - 1's token, the
+             * same history on both sides) is within the prompt's bounds:
+             * the prompt's noise can understate a later row's (an f16 K/V
+             * element that rounds the other way, a routing near-tie). */
+            int row_ok = 0;
+            if (sec_ok && gap[div] > 16 * noise && div > 0)
+                row_ok = greedy_row_ok(&c, g, ci[div - 1], N_PROMPT + div - 1, ms->name);
+            CHECK_MSG(sec_ok && (gap[div] <= 16 * noise || row_ok),
+                      "%s: greedy diverges at step %d beyond the noise and the bounds", ms->name, div);
         }
     }
 
@@ -613,16 +671,69 @@ static void print_greedy(int n_tok, double s)
     printf("bench: greedy %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok, s, n_tok / s, 1e3 * s / n_tok);
 }
 
+/* The attention's launch shape follows the context (cuda_attention_bucket:
+ * contexts up to 128, up to 2048, longer): a prompt of 2080 rows crosses
+ * both ends. Its logits are bit-identical in prompt chunks (one attention
+ * launch per bucket a chunk's rows fall in), by graph rows (one graph per
+ * bucket) and by plain launches (each row's own bound); greedy steps across
+ * each end agree between graphs and plain launches. */
+TEST(test_context_buckets)
+{
+    enum { NP = 2080, NCTX = 2112, NG = 16 };
+    char path[256];
+    snprintf(path, sizeof path, "%s/buckets.gguf", g_dir);
+    mkmodel_opts mo = { .path = path, .preset = "small", .seed = 11, .n_layer = 2, .n_expert = 8,
+                        .n_expert_used = 2, .n_vocab = 512 };
+    err e = {0};
+    CHECK_MSG(strata_mkmodel(&mo, NULL, &e) == 0, "%s", e.msg);
+    cpu_side c;
+    if (e.code || cpu_open(&c, path, 8, 1, 0, &e)) { CHECK_MSG(0, "%s", e.msg); return; }
+    cuda_model *g = NULL;
+    cuda_model_opts go = { .n_ctx = NCTX, .kv_f16 = 1 };
+    if (cuda_model_open(&g, &c.hp, c.w, &go, &e)) { CHECK_MSG(0, "%s", e.msg); cpu_close(&c); return; }
+    const int V = c.hp.n_vocab;
+    int32_t *ids = xmalloc(sizeof(int32_t) * NP);
+    for (int i = 0; i < NP; i++) ids[i] = (int32_t)(rng_next() % (uint64_t)V);
+    float *la = xmalloc(sizeof(float) * (size_t)V), *lb = xmalloc(sizeof(float) * (size_t)V);
+    CHECK_MSG(cuda_model_eval(g, ids, NP, 0, la, &e) == 0, "chunks: %s", e.msg);
+    cuda_model_set_chunk(g, 1);   /* graph rows */
+    CHECK_MSG(cuda_model_eval(g, ids, NP, 0, lb, &e) == 0, "graph rows: %s", e.msg);
+    CHECK_MSG(memcmp(la, lb, sizeof(float) * (size_t)V) == 0,
+              "a %d-row prompt: logits by graph rows differ from prompt chunks (NMSE %.3g)", NP, nmse(lb, la, (size_t)V));
+    cuda_model_set_graph(g, 0);   /* plain launches */
+    CHECK_MSG(cuda_model_eval(g, ids, NP, 0, lb, &e) == 0, "plain rows: %s", e.msg);
+    CHECK_MSG(memcmp(la, lb, sizeof(float) * (size_t)V) == 0,
+              "a %d-row prompt: logits by plain rows differ from prompt chunks (NMSE %.3g)", NP, nmse(lb, la, (size_t)V));
+    static const int starts[2] = { 120, 2040 };
+    for (int s = 0; s < 2; s++) {
+        int32_t gi[NG], pi[NG];
+        cuda_model_set_graph(g, 0);
+        CHECK_MSG(cuda_model_greedy(g, ids[starts[s]], starts[s], NG, pi, &e) == 0, "%s", e.msg);
+        cuda_model_set_graph(g, 1);
+        CHECK_MSG(cuda_model_greedy(g, ids[starts[s]], starts[s], NG, gi, &e) == 0, "%s", e.msg);
+        CHECK_MSG(memcmp(gi, pi, sizeof gi) == 0, "greedy from position %d: graphs and plain launches differ",
+                  starts[s]);
+    }
+    cuda_model_set_chunk(g, 0);
+    printf("  a %d-row prompt across the attention's buckets (contexts 128 | 129, 2048 | 2049): chunks, graph rows "
+           "and plain rows bit-identical; greedy across each end identical\n", NP);
+    free(ids), free(la), free(lb);
+    cuda_model_close(g);
+    cpu_close(&c);
+    unlink(path);
+}
+
 /* The decode benches' model: path (generated with the 30b-a3b preset when
- * missing) read by the CPU side *c and uploaded whole into *g (n_ctx 256,
- * f16 K/V); messages start with `who`. On failure both are closed. */
-static int bench_model_open(const char *path, const char *who, cpu_side *c, cuda_model **g)
+ * missing) read by the CPU side *c and uploaded whole into *g (n_ctx
+ * positions, f16 K/V); messages start with `who`. On failure both are
+ * closed. */
+static int bench_model_open(const char *path, const char *who, int n_ctx, cpu_side *c, cuda_model **g)
 {
     err e = {0};
     *g = NULL;
     if (ensure_model(path, "30b-a3b", who)) return 1;
     if (cpu_open(c, path, 0, 0, 0, &e)) { fprintf(stderr, "%s: %s\n", who, e.msg); cpu_close(c); return 1; }
-    cuda_model_opts go = { .device = 0, .n_ctx = 256, .kv_f16 = 1 };
+    cuda_model_opts go = { .device = 0, .n_ctx = n_ctx, .kv_f16 = 1 };
     if (cuda_model_open(g, &c->hp, c->w, &go, &e)) { fprintf(stderr, "%s: %s\n", who, e.msg); cpu_close(c); return 1; }
     return 0;
 }
@@ -668,12 +779,16 @@ static int layer_period(const char *const *nm, int K, int L, int *a_out)
  * add up to the token), and its early start, t_wait - t_enter of its CTA 0
  * (resident before its predecessor was done: the window its pre-wait
  * loads and prefetches had). Means and medians. */
-static int bench_trace(const char *path)
+static int bench_trace(const char *path, int at_cluster, int at_heads)
 {
     err e = {0};
     cpu_side c;
     cuda_model *g;
-    if (bench_model_open(path, "trace", &c, &g)) return 1;
+    if (bench_model_open(path, "trace", 256, &c, &g)) return 1;
+    if (at_cluster || at_heads) {
+        cuda_model_set_attention(g, at_cluster, at_heads);
+        printf("trace: attention cluster cap %d, heads a CTA %d\n", at_cluster, at_heads);
+    }
     enum { NT = 64, CAP = 1 << 17 };
     cuda_ctx *cu = cuda_model_cuda(g);
     const int L = c.hp.n_layer;
@@ -777,7 +892,7 @@ static int bench_stages(const char *path)
     err e = {0};
     cpu_side c;
     cuda_model *g;
-    if (bench_model_open(path, "stages", &c, &g)) return 1;
+    if (bench_model_open(path, "stages", 256, &c, &g)) return 1;
     enum { ROUNDS = 3, NT = 64 };
     int32_t out[NT];
     double ms[CUDA_STAGE_COUNT][ROUNDS];
@@ -813,6 +928,68 @@ static int bench_stages(const char *path)
     printf("stages: the stages' savings add up to %.1f us of the %.1f us token (%.1f%%)\n", sum, 1e3 * med[0],
            100 * sum / (1e3 * med[0]));
     cpu_close(&c);
+    return 0;
+}
+
+/* The decode attention's launch shape in the whole chain: the cluster cap
+ * and the query heads a CTA (cuda_model_set_attention) over a set of
+ * shapes, 64 greedy tokens from positions 17 .. 3900 (n_ctx 4096: the
+ * cache beyond the prompt holds whatever the run left there, which
+ * changes the tokens, not the work), rounds alternating the shapes;
+ * medians of 3 rounds, each against the default shape (cluster 0 = the
+ * largest the device grants, heads 0 = the heuristic). The greedy ids'
+ * FNV-1a says whether a shape changed the tokens (summation order only). */
+static int bench_attn(const char *path, int nargs, char **args)
+{
+    err e = {0};
+    enum { ROUNDS = 3, NT = 64, NVMAX = 24, NP = 6 };
+    int shape[NVMAX][2] = { { 0, 0 }, { 8, 0 }, { 4, 0 }, { 2, 0 }, { 1, 0 },
+                            { 8, 2 }, { 4, 2 }, { 4, 1 }, { 2, 1 }, { 1, 1 } };
+    int NV = 10;
+    if (nargs > 0) {   /* CL:GB ... (the default shape first) */
+        NV = 1;
+        for (int i = 0; i < nargs && NV < NVMAX; i++)
+            if (sscanf(args[i], "%d:%d", &shape[NV][0], &shape[NV][1]) == 2) NV++;
+            else { fprintf(stderr, "attn: '%s' is not CL:GB\n", args[i]); return 2; }
+        shape[0][0] = shape[0][1] = 0;
+    }
+    cpu_side c;
+    cuda_model *g;
+    if (bench_model_open(path, "attn", 4096, &c, &g)) return 1;
+    static const int pos0[NP] = { 17, 180, 400, 1000, 2000, 3900 };
+    int32_t out[NT];
+    double ms[NP][NVMAX][ROUNDS];
+    uint32_t hash[NP][NVMAX];
+    int rc = cuda_model_greedy(g, 1, 1, 16, out, &e);   /* warm-up */
+    for (int r = 0; !rc && r < ROUNDS; r++)
+        for (int v = 0; !rc && v < NV; v++) {
+            cuda_model_set_attention(g, shape[v][0], shape[v][1]);
+            for (int p = 0; !rc && p < NP; p++) {
+                double s = 0;
+                rc = greedy_timed(g, 1, pos0[p], NT, out, &s, &e);
+                ms[p][v][r] = 1e3 * s / NT;
+                uint32_t h = 2166136261u;
+                for (int i = 0; i < NT; i++)
+                    for (int b = 0; b < 4; b++) h = (h ^ (uint8_t)((uint32_t)out[i] >> (8 * b))) * 16777619u;
+                hash[p][v] = h;
+            }
+        }
+    cuda_model_set_attention(g, 0, 0);
+    cuda_model_close(g);
+    cpu_close(&c);
+    if (rc) { fprintf(stderr, "attn: %s\n", e.msg); return 1; }
+    printf("attn: the decode attention's launch shape in the chain (medians of %d rounds of %d greedy tokens)\n",
+           ROUNDS, NT);
+    printf("| cluster cap | heads a CTA | from position | token ms | tok/s | vs default | greedy ids FNV-1a |\n"
+           "|---:|---:|---:|---:|---:|---:|---|\n");
+    for (int p = 0; p < NP; p++) {
+        const double base = median_of(ms[p][0], ROUNDS);
+        for (int v = 0; v < NV; v++) {
+            const double t = v ? median_of(ms[p][v], ROUNDS) : base;
+            printf("| %d | %d | %d | %.4f | %.1f | %.3fx | %08x |\n", shape[v][0], shape[v][1], pos0[p], t, 1e3 / t,
+                   base / t, hash[p][v]);
+        }
+    }
     return 0;
 }
 
@@ -1377,7 +1554,10 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--bench-stages") == 0)
         return bench_stages(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
     if (argc > 1 && strcmp(argv[1], "--bench-trace") == 0)
-        return bench_trace(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
+        return bench_trace(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf", argc > 3 ? atoi(argv[3]) : 0,
+                           argc > 4 ? atoi(argv[4]) : 0);
+    if (argc > 1 && strcmp(argv[1], "--bench-attn") == 0)
+        return bench_attn(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf", argc > 3 ? argc - 3 : 0, argv + 3);
     if (argc > 1 && strcmp(argv[1], "--profile") == 0) return profile(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
     if (do_tiered)
         return bench_tiered(argc > 2 ? argv[2] : "/tmp/strata-80b-a3b.gguf",
@@ -1385,6 +1565,7 @@ int main(int argc, char **argv)
                             : argc > 3 && strcmp(argv[3], "ssd") == 0 ? 2 : 0);
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     RUN(test_errors);
+    RUN(test_context_buckets);
     RUN(test_model_q4k_mix);
     RUN(test_model_q5k_f16_tied);
     RUN(test_model_q6k_bf16);

@@ -427,7 +427,19 @@ void cuda_attention_force_cluster(cuda_ctx *c, int n);
 void cuda_attention_force_heads(cuda_ctx *c, int gb);
 int  cuda_attention_decode(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
                            int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,
-                           const int32_t *pos_dev, float scale, err *e);
+                           const int32_t *pos_dev, int n_kv_max, float scale, err *e);
+/* The decode attention's launch shape follows the context: n_kv_max (the
+ * attention calls' argument, a bound on pos + 1 of the rows, known to the
+ * caller when it launches or captures) picks a bucket,
+ * cuda_attention_bucket(n_kv_max) = 0, 1, 2 for contexts up to
+ * cuda_attention_bucket_end(0) = 128, up to _end(1) = 2048, and longer
+ * (_end(2) = INT_MAX), and the bucket the cluster size (4, 8, 16 CTAs;
+ * then the heads a CTA). Any bound computes every row correctly (within
+ * the tolerance above); rows agree bit for bit with each other only
+ * when their calls' bounds are in the same bucket, so a caller passes a
+ * bound of the bucket of pos + 1 (a graph serves one bucket). */
+int  cuda_attention_bucket(int n_kv);
+int  cuda_attention_bucket_end(int bucket);
 /* cuda_qk_norm_rope_store_rows: cuda_qk_norm_rope_store for `rows` rows
  * at once (a prompt chunk): row r's q at q + r * n_head*head_dim, its k and
  * v at k / v + r * n_head_kv*head_dim, its position pos_dev[r]; each row
@@ -438,11 +450,13 @@ int  cuda_qk_norm_rope_store_rows(cuda_ctx *c, float *q_dev, float *k_dev, const
                                   float eps, void *k_cache_dev, void *v_cache_dev, int f16, err *e);
 /* cuda_attention_rows: cuda_attention_decode for n_q rows with the launch
  * shape (heads per CTA, cluster) of a one-row call, so each row's output
- * is bit for bit what a one-row call at its position gives (a prompt
- * chunk's attention in one launch, equal to the decode path's). */
+ * is bit for bit what a one-row call at its position p gives with a bound
+ * of the bucket of p + 1 (a prompt chunk's attention, equal to the decode
+ * path's): one launch per bucket the rows' contexts fall in. pos0 is the
+ * host's copy of pos_dev[0] (row i at position pos0 + i). */
 int  cuda_attention_rows(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
                          int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,
-                         const int32_t *pos_dev, float scale, err *e);
+                         const int32_t *pos_dev, int pos0, float scale, err *e);
 /* cuda_attention_decode_fused: one decode row's cuda_qk_norm_rope_store
  * and cuda_attention_decode (n_q = 1, both caches f16 when f16) in one
  * launch, bit for bit the two calls' output and caches, except that q, k
@@ -456,7 +470,7 @@ int  cuda_attention_decode_fused(cuda_ctx *c, float *out_dev, const float *q_dev
                                  const float *v_dev, const float *q_norm_dev, const float *k_norm_dev, int n_head,
                                  int n_head_kv, int head_dim, int n_rot, const int32_t *pos_dev, float freq_base,
                                  float freq_scale, float eps, void *k_cache_dev, void *v_cache_dev, int f16,
-                                 float scale, err *e);
+                                 int n_kv_max, float scale, err *e);
 int  cuda_moe_combine(cuda_ctx *c, float *x_dev, const float *eout_dev, const float *weights_dev, int rows, int k,
                       int64_t n, err *e);
 int  cuda_add(cuda_ctx *c, float *y_dev, const float *a_dev, const float *b_dev, int64_t n, err *e);

@@ -780,7 +780,7 @@ __device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB>
 template <int GB, int DT>
 __global__ void __launch_bounds__(AT_THREADS)
 k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const void *__restrict__ kc, int kf16,
-       const void *__restrict__ vc, int vf16, const int32_t *__restrict__ pos, float scale, at_pro pro)
+       const void *__restrict__ vc, int vf16, const int32_t *__restrict__ pos, int row0, float scale, at_pro pro)
 {
     constexpr int DM = DT ? DT : AT_DMAX;
     constexpr int UM = DM / 32;   /* dims per lane (most) */
@@ -809,7 +809,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
      * by a kernel at least two launches back (the step kernel of the last
      * token, or a copy), complete before this grid can start (see
      * pdl_enter), and read from L2 (__ldcg); prefetches return nothing. */
-    const int n_kv = __ldcg(pos) + row + 1;
+    const int n_kv = __ldcg(pos) + row0 + row + 1;
     const size_t rs = (size_t)n_head_kv * D;   /* cache row stride, elements */
     const size_t hoff = (size_t)hk * D;
     const int kes = kf16 ? 2 : 4, ves = vf16 ? 2 : 4;
@@ -1005,31 +1005,50 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
 }
 
 template <int GB>
-static int attn_launch(cuda_ctx *c, int D, unsigned gy, unsigned gz, err *e, float *out, const float *q, int n_head,
-                       int n_head_kv, const void *k, int kf16, const void *v, int vf16, const int32_t *pos, float scale,
-                       const at_pro &pro)
+static int attn_launch(cuda_ctx *c, int D, unsigned gy, unsigned gz, int cap, err *e, float *out, const float *q,
+                       int n_head, int n_head_kv, const void *k, int kf16, const void *v, int vf16, const int32_t *pos,
+                       int row0, float scale, const at_pro &pro)
 {
     switch (D) {
     case 64:
-        return launch_clustered(c, k_attn<GB, 64>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
-                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale, pro);
+        return launch_clustered(c, k_attn<GB, 64>, gy, gz, AT_THREADS, cap, e, "attention_decode", out, q, n_head,
+                                n_head_kv, D, k, kf16, v, vf16, pos, row0, scale, pro);
     case 128:
-        return launch_clustered(c, k_attn<GB, 128>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
-                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale, pro);
+        return launch_clustered(c, k_attn<GB, 128>, gy, gz, AT_THREADS, cap, e, "attention_decode", out, q, n_head,
+                                n_head_kv, D, k, kf16, v, vf16, pos, row0, scale, pro);
     case 256:
-        return launch_clustered(c, k_attn<GB, 256>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
-                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale, pro);
+        return launch_clustered(c, k_attn<GB, 256>, gy, gz, AT_THREADS, cap, e, "attention_decode", out, q, n_head,
+                                n_head_kv, D, k, kf16, v, vf16, pos, row0, scale, pro);
     default:
-        return launch_clustered(c, k_attn<GB, 0>, gy, gz, AT_THREADS, c->at_cluster, e, "attention_decode", out, q,
-                                n_head, n_head_kv, D, k, kf16, v, vf16, pos, scale, pro);
+        return launch_clustered(c, k_attn<GB, 0>, gy, gz, AT_THREADS, cap, e, "attention_decode", out, q, n_head,
+                                n_head_kv, D, k, kf16, v, vf16, pos, row0, scale, pro);
     }
 }
 
+/* The launch shape follows the context (bench/RESULTS.md, session 17: the
+ * whole decode chain timed per shape on an H100): the cluster is capped at
+ * 4 CTAs while a row sees at most AT_CTX4 positions, at 8 up to AT_CTX8,
+ * else 16 (CL_MAX); the heads a CTA then keep the grid near one CTA an SM
+ * (4 / 8 / 16 CTAs a cluster: 1 / 2 / 4 of 32 query heads). Smaller
+ * clusters start sooner behind the q/k/v matvec and merge over fewer
+ * ranks; past AT_CTX8 the 16-way split of the positions wins. The bucket
+ * decides the arithmetic (a row's slices follow the cluster size), so
+ * every call that must agree bit for bit with another passes a context
+ * bound of the same bucket (cuda_attention_bucket). */
+#define AT_CTX4 128
+#define AT_CTX8 2048
+
+extern "C" int cuda_attention_bucket(int n_kv) { return n_kv <= AT_CTX4 ? 0 : n_kv <= AT_CTX8 ? 1 : 2; }
+
+extern "C" int cuda_attention_bucket_end(int b) { return b <= 0 ? AT_CTX4 : b == 1 ? AT_CTX8 : INT_MAX; }
+
 /* n_q_grid: the query rows the launch shape is chosen for (heads per CTA,
- * hence the kernel and its cluster); n_q rows are computed. */
+ * hence the kernel and its cluster); n_q rows are computed, row i at
+ * position pos[0] + row0 + i; n_kv_max: the context bound whose bucket
+ * picks the cluster cap (unless cuda_attention_force_cluster set one). */
 static int attn_run(cuda_ctx *c, float *out, const float *q, int n_q, int n_q_grid, int n_head, int n_head_kv,
-                    int head_dim, const void *k, int k_f16, const void *v, int v_f16, const int32_t *pos, float scale,
-                    const at_pro &pro, err *e)
+                    int head_dim, const void *k, int k_f16, const void *v, int v_f16, const int32_t *pos, int row0,
+                    int n_kv_max, float scale, const at_pro &pro, err *e)
 {
     if (n_q <= 0 || n_q > 65535 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 ||
         head_dim > AT_DMAX || head_dim % 8)
@@ -1037,25 +1056,31 @@ static int attn_run(cuda_ctx *c, float *out, const float *q, int n_q, int n_q_gr
                         "cuda_attention_decode: n_q=%d n_head=%d n_head_kv=%d head_dim=%d "
                         "(n_head a multiple of n_head_kv, head_dim a multiple of 8 <= %d)",
                         n_q, n_head, n_head_kv, head_dim, AT_DMAX);
+    static const int caps[3] = { 4, 8, CL_MAX };
+    const int cap = c->at_cluster > 0 ? c->at_cluster : caps[cuda_attention_bucket(n_kv_max)];
     /* heads per CTA: the largest of 8, 4, 2, 1 dividing the group, halved
-     * while the grid (at 16-CTA clusters) fills less than ~3/4 of the SMs
+     * while the grid (at cap-CTA clusters) fills less than ~3/4 of the SMs
      * twice over: more CTAs beat loading each K/V row once per group */
     const int G = n_head / n_head_kv;
     int gb = 8;
     while (G % gb) gb /= 2;
     const int64_t sms = c->info.sm_count > 0 ? c->info.sm_count : 132;
-    while (gb > 1 && (int64_t)CL_MAX * (n_head / gb) * n_q_grid * 2 <= sms * 3 / 2) gb /= 2;
+    while (gb > 1 && (int64_t)cap * (n_head / gb) * n_q_grid * 2 <= sms * 3 / 2) gb /= 2;
     if (c->at_heads > 0 && c->at_heads <= 8 && G % c->at_heads == 0) gb = c->at_heads;
     const unsigned gy = (unsigned)(n_head / gb), gz = (unsigned)n_q;
     switch (gb) {
     case 8:
-        return attn_launch<8>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
+        return attn_launch<8>(c, head_dim, gy, gz, cap, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, row0,
+                              scale, pro);
     case 4:
-        return attn_launch<4>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
+        return attn_launch<4>(c, head_dim, gy, gz, cap, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, row0,
+                              scale, pro);
     case 2:
-        return attn_launch<2>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
+        return attn_launch<2>(c, head_dim, gy, gz, cap, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, row0,
+                              scale, pro);
     default:
-        return attn_launch<1>(c, head_dim, gy, gz, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, scale, pro);
+        return attn_launch<1>(c, head_dim, gy, gz, cap, e, out, q, n_head, n_head_kv, k, k_f16, v, v_f16, pos, row0,
+                              scale, pro);
     }
 }
 
@@ -1064,16 +1089,31 @@ extern "C" void cuda_attention_force_heads(cuda_ctx *c, int gb) { c->at_heads = 
 
 extern "C" int cuda_attention_decode(cuda_ctx *c, float *out, const float *q, int n_q, int n_head, int n_head_kv,
                                      int head_dim, const void *k, int k_f16, const void *v, int v_f16,
-                                     const int32_t *pos, float scale, err *e)
+                                     const int32_t *pos, int n_kv_max, float scale, err *e)
 {
-    return attn_run(c, out, q, n_q, n_q, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos, scale, at_pro{}, e);
+    return attn_run(c, out, q, n_q, n_q, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos, 0, n_kv_max, scale,
+                    at_pro{}, e);
 }
 
+/* The rows split where their context crosses a bucket's end: each part one
+ * launch with the one-row shape of its bucket. */
 extern "C" int cuda_attention_rows(cuda_ctx *c, float *out, const float *q, int n_q, int n_head, int n_head_kv,
                                    int head_dim, const void *k, int k_f16, const void *v, int v_f16,
-                                   const int32_t *pos, float scale, err *e)
+                                   const int32_t *pos, int pos0, float scale, err *e)
 {
-    return attn_run(c, out, q, n_q, 1, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos, scale, at_pro{}, e);
+    if (pos0 < 0 || n_q <= 0 || n_q > 65535)
+        return err_setf(e, ERR_USAGE, "cuda_attention_rows: n_q=%d at position %d", n_q, pos0);
+    const size_t qd = (size_t)n_head * (head_dim > 0 ? head_dim : 0);
+    for (int r0 = 0; r0 < n_q;) {
+        const int b = cuda_attention_bucket(pos0 + r0 + 1);
+        const int64_t end = cuda_attention_bucket_end(b);   /* the last n_kv of the bucket */
+        const int nr = (int)(end - (pos0 + r0) < n_q - r0 ? end - (pos0 + r0) : n_q - r0);
+        const int rc = attn_run(c, out + r0 * qd, q + r0 * qd, nr, 1, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16,
+                                pos, r0, pos0 + r0 + nr, scale, at_pro{}, e);
+        if (rc) return rc;
+        r0 += nr;
+    }
+    return 0;
 }
 
 /* One query row: the prologue's arguments checked as cuda_qk_norm_rope_store
@@ -1083,7 +1123,7 @@ extern "C" int cuda_attention_decode_fused(cuda_ctx *c, float *out, const float 
                                            const float *q_norm, const float *k_norm, int n_head, int n_head_kv,
                                            int head_dim, int n_rot, const int32_t *pos, float freq_base,
                                            float freq_scale, float eps, void *k_cache, void *v_cache, int f16,
-                                           float scale, err *e)
+                                           int n_kv_max, float scale, err *e)
 {
     if (n_rot <= 0 || (n_rot & 1) || n_rot > head_dim || !k || !v || !q_norm || !k_norm || !k_cache || !v_cache)
         return err_setf(e, ERR_USAGE, "cuda_attention_decode_fused: head_dim=%d n_rot=%d (even, <= head_dim), "
@@ -1092,7 +1132,8 @@ extern "C" int cuda_attention_decode_fused(cuda_ctx *c, float *out, const float 
     /* theta_scale by the host's libm, as cuda_rope_neox */
     const at_pro pro = { k, v, q_norm, k_norm, k_cache, v_cache, n_rot, powf(freq_base, -2.0f / n_rot),
                          freq_scale, eps };
-    return attn_run(c, out, q, 1, 1, n_head, n_head_kv, head_dim, k_cache, f16, v_cache, f16, pos, scale, pro, e);
+    return attn_run(c, out, q, 1, 1, n_head, n_head_kv, head_dim, k_cache, f16, v_cache, f16, pos, 0, n_kv_max, scale,
+                    pro, e);
 }
 
 /* ==== MoE combine: x += ((w0*e0 + w1*e1) + ...), qwen3moe.c's order ====

@@ -40,7 +40,11 @@
  * device slots step[0..1]; the prompt-row graph ends with
  * cuda_step_next (the next row's slots from tok[]), the greedy one with
  * the argmax to step[0] and cuda_step_advance (tok[pos + 1] = it, pos +=
- * 1), so one graph serves every row and position. The plain path (one
+ * 1), so one graph serves every row and position of a context bucket:
+ * the attention's launch shape follows the context
+ * (cuda_attention_bucket), so each kind of graph is captured once per
+ * bucket and a row replays the one of the bucket of its position + 1,
+ * which the plain path and the prompt chunks pass too. The plain path (one
  * enqueued kernel at a time, pointers tok + p / pos + p) is kept as the
  * reference (cuda_model_set_graph(m, 0)) and records layer outputs. */
 #include "backend/cuda/cuda_model.h"
@@ -135,9 +139,10 @@ struct cuda_model {
     int       have_layer_out;
     int       use_graph;     /* rows replay graphs (default 1) */
     int       record;        /* eval records layer outputs (plain path) */
-    cuda_graph *graph;       /* one greedy step, NULL until the first greedy */
-    cuda_graph *graph_row;   /* one prompt row without logits, then step_next */
-    cuda_graph *graph_head;  /* one row with logits */
+    /* per attention bucket (cuda_attention_bucket), NULL until first use: */
+    cuda_graph *graph[3];      /* one greedy step */
+    cuda_graph *graph_row[3];  /* one prompt row without logits, then step_next */
+    cuda_graph *graph_head[3]; /* one row with logits */
     /* the VRAM expert arena (opts.arena_bytes > 0); the layers' expert
      * dmats then point at the slot arrays, stride one slot */
     int       arena;
@@ -904,10 +909,12 @@ fail:
  * recaptured at next use). */
 static void drop_graphs(cuda_model *m)
 {
-    cuda_graph_free(m->graph);
-    cuda_graph_free(m->graph_row);
-    cuda_graph_free(m->graph_head);
-    m->graph = m->graph_row = m->graph_head = NULL;
+    for (int b = 0; b < 3; b++) {
+        cuda_graph_free(m->graph[b]);
+        cuda_graph_free(m->graph_row[b]);
+        cuda_graph_free(m->graph_head[b]);
+        m->graph[b] = m->graph_row[b] = m->graph_head[b] = NULL;
+    }
 }
 
 void cuda_model_close(cuda_model *m)
@@ -1028,11 +1035,12 @@ static int mv_experts(cuda_model *m, const dmat *w, const void *xq, size_t x_str
     return cuda_matvec_batch(m->cu, &a, e);
 }
 
-/* Attention half of layer l for the row in m->x at position *pos (device):
+/* Attention half of layer l for the row in m->x at position *pos (device;
+ * pos + 1 <= n_kv_max, whose attention bucket picks the launch shape):
  * writes its K/V to the cache; when `full`, also x = Wo . attn + x.
  * `normed`: m->xn and m->xq already hold x's attention norm, quantized for
  * wq (the previous layer's combine ran it: only when attn_norm_q8). */
-static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, int normed, err *e)
+static int layer_attn(cuda_model *m, int l, const int32_t *pos, int n_kv_max, int full, int normed, err *e)
 {
     const hparams *hp = &m->hp;
     const dlayer *dl = &m->layers[l];
@@ -1074,7 +1082,7 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int full, int no
     const float scale = 1.0f / sqrtf((float)D);
     STAGE(CUDA_STAGE_ATTN, cuda_attention_decode_fused(cu, m->att, m->q, m->k, m->v, dl->q_norm, dl->k_norm, H, Hkv, D,
                                                        hp->n_rot, pos, hp->rope_freq_base, hp->rope_freq_scale,
-                                                       hp->rms_eps, dl->k_cache, dl->v_cache, m->kv_f16, scale, e));
+                                                       hp->rms_eps, dl->k_cache, dl->v_cache, m->kv_f16, n_kv_max, scale, e));
     /* x = Wo . att + x: the residual is added in the matvec's store */
     const void *xq = m->xq;
     STAGE(CUDA_STAGE_WO_QUANT, act_in(m, &dl->wo, m->att, 1, &xq, e));
@@ -1263,7 +1271,7 @@ static int layer_attn_chunk(cuda_model *m, int l, int p0, int nr, int full, err 
     /* every row's K/V is stored: the chunk's attention in one launch, each
      * row over positions 0..p0 + i, as a one-row call would compute it */
     TRY(cuda_attention_rows(cu, m->catt, cq, nr, H, Hkv, D, dl->k_cache, m->kv_f16, dl->v_cache, m->kv_f16,
-                            m->pos + p0, 1.0f / sqrtf((float)D), e));
+                            m->pos + p0, p0, 1.0f / sqrtf((float)D), e));
     /* x = x + Wo . att (the row path adds inside the matvec's store: the same sum) */
     TRY(chunk_act(m, &dl->wo, m->catt, nr, m->cxq, &xq, &xs, e));
     TRY(mm_dense(m, &dl->wo, xq, xs, m->cd_ye, m->ceout, e));
@@ -1415,7 +1423,7 @@ static int chunk_rows(cuda_model *m, const int32_t *tok, int p0, int nr, int hea
  * the output norm when the head's input is Q8 blocks): `normed` carries
  * that to the next step, which then starts at its matvec. The graphs
  * capture this same sequence. */
-static int row(cuda_model *m, const int32_t *tok, const int32_t *pos, int record, int head, err *e)
+static int row(cuda_model *m, const int32_t *tok, const int32_t *pos, int n_kv_max, int record, int head, err *e)
 {
     const hparams *hp = &m->hp;
     const int E = hp->n_embd, L = hp->n_layer;
@@ -1424,7 +1432,7 @@ static int row(cuda_model *m, const int32_t *tok, const int32_t *pos, int record
     int normed = 0;   /* m->xn / m->xq hold the norm of m->x that comes next */
     for (int l = 0; l < L; l++) {
         const int full = l < L - 1 || record || head;
-        TRY(layer_attn(m, l, pos, full, normed, e));
+        TRY(layer_attn(m, l, pos, n_kv_max, full, normed, e));
         if (!full) break;
         const float *nn = NULL;
         const dmat *nw = NULL;
@@ -1450,7 +1458,10 @@ static int row(cuda_model *m, const int32_t *tok, const int32_t *pos, int record
     return mv(m, &m->output, m->xn, m->logits, e);
 }
 
-static int capture(cuda_model *m, int kind, cuda_graph **g, err *e);
+static int capture(cuda_model *m, int kind, int bucket, cuda_graph **g, err *e);
+
+/* The attention bucket of the row at position p */
+static int bucket_of(int p) { return cuda_attention_bucket(p + 1); }
 
 /* Rows of a prompt chunk (< 2: row at a time). */
 static int chunk_cap(const cuda_model *m) { return m->nc_set && m->nc_set < m->nc ? m->nc_set : m->nc; }
@@ -1475,18 +1486,20 @@ int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *l
     } else if (m->use_graph && !m->record) {
         const int32_t slots[2] = { ids[0], pos0 };
         TRY(cuda_upload(m->cu, m->step, slots, sizeof slots, e));
-        if (n > 1 || !logits) {
-            if (!m->graph_row) TRY(capture(m, 0, &m->graph_row, e));
-            for (int i = 0; i < (logits ? n - 1 : n); i++) TRY(cuda_graph_launch(m->cu, m->graph_row, e));
+        for (int i = 0; i < (logits ? n - 1 : n); i++) {
+            cuda_graph **g = &m->graph_row[bucket_of(pos0 + i)];
+            if (!*g) TRY(capture(m, 0, bucket_of(pos0 + i), g, e));
+            TRY(cuda_graph_launch(m->cu, *g, e));
         }
         if (logits) {
-            if (!m->graph_head) TRY(capture(m, 1, &m->graph_head, e));
-            TRY(cuda_graph_launch(m->cu, m->graph_head, e));
+            cuda_graph **g = &m->graph_head[bucket_of(pos0 + n - 1)];
+            if (!*g) TRY(capture(m, 1, bucket_of(pos0 + n - 1), g, e));
+            TRY(cuda_graph_launch(m->cu, *g, e));
         }
     } else {
         for (int i = 0; i < n; i++) {
             const int last = i == n - 1;
-            TRY(row(m, m->tok + pos0 + i, m->pos + pos0 + i, last && m->record, last && logits, e));
+            TRY(row(m, m->tok + pos0 + i, m->pos + pos0 + i, pos0 + i + 1, last && m->record, last && logits, e));
         }
         m->have_layer_out = m->record;
     }
@@ -1496,16 +1509,17 @@ int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *l
     return 0;
 }
 
-/* Capture into *g one row at token step[0] and position step[1]:
+/* Capture into *g one row at token step[0] and position step[1] (whose
+ * attention bucket, position + 1, is `bucket`):
  *   kind 0  a prompt row without logits, then step_next (the next row's
  *           token and position into the slots);
  *   kind 1  a row with logits (m->logits);
  *   kind 2  a greedy step: logits, their argmax to step[0], then
  *           tok[step[1] + 1] = step[0] and step[1] += 1. */
-static int capture(cuda_model *m, int kind, cuda_graph **g, err *e)
+static int capture(cuda_model *m, int kind, int bucket, cuda_graph **g, err *e)
 {
     TRY(cuda_graph_begin(m->cu, e));
-    int rc = row(m, m->step, m->step + 1, 0, kind > 0, e);
+    int rc = row(m, m->step, m->step + 1, cuda_attention_bucket_end(bucket), 0, kind > 0, e);
     if (!rc && kind == 0) rc = cuda_step_next(m->cu, m->step, m->step + 1, m->tok, e);
     if (!rc && kind == 2) rc = cuda_argmax(m->cu, m->step, m->logits, 1, m->hp.n_vocab, e);
     if (!rc && kind == 2) rc = cuda_step_advance(m->cu, m->step, m->step + 1, m->tok, e);
@@ -1530,13 +1544,16 @@ int cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32
     if (m->use_graph) {
         const int32_t slots[2] = { first, pos0 };
         TRY(cuda_upload(m->cu, m->step, slots, sizeof slots, e));
-        if (!m->graph) TRY(capture(m, 2, &m->graph, e));
-        for (int i = 0; i < n_steps; i++) TRY(cuda_graph_launch(m->cu, m->graph, e));
+        for (int i = 0; i < n_steps; i++) {
+            cuda_graph **g = &m->graph[bucket_of(pos0 + i)];
+            if (!*g) TRY(capture(m, 2, bucket_of(pos0 + i), g, e));
+            TRY(cuda_graph_launch(m->cu, *g, e));
+        }
     } else {
         TRY(cuda_upload(m->cu, m->tok + pos0, &first, sizeof first, e));
         for (int i = 0; i < n_steps; i++) {
             const int p = pos0 + i;
-            TRY(row(m, m->tok + p, m->pos + p, 0, 1, e));
+            TRY(row(m, m->tok + p, m->pos + p, p + 1, 0, 1, e));
             /* the argmax is the next position's token (tok has n_ctx + 1 entries) */
             TRY(cuda_argmax(m->cu, m->tok + p + 1, m->logits, 1, m->hp.n_vocab, e));
         }
@@ -1549,7 +1566,12 @@ void cuda_model_set_graph(cuda_model *m, int on) { m->use_graph = on != 0 && !m-
 
 void cuda_model_set_record(cuda_model *m, int on) { m->record = on != 0; }
 
-int cuda_model_graph_kernels(const cuda_model *m) { return m->graph ? cuda_graph_kernels(m->graph) : -1; }
+int cuda_model_graph_kernels(const cuda_model *m)
+{
+    for (int b = 0; b < 3; b++)
+        if (m->graph[b]) return cuda_graph_kernels(m->graph[b]);
+    return -1;
+}
 
 void cuda_model_set_chunk(cuda_model *m, int rows) { m->nc_set = rows > 0 ? rows : 0; }
 
@@ -1582,6 +1604,14 @@ void cuda_model_set_pdl(cuda_model *m, int on)
 {
     cuda_sync(m->cu, NULL);
     cuda_set_pdl(m->cu, on);
+    drop_graphs(m);
+}
+
+void cuda_model_set_attention(cuda_model *m, int cluster, int heads)
+{
+    cuda_sync(m->cu, NULL);
+    cuda_attention_force_cluster(m->cu, cluster);
+    cuda_attention_force_heads(m->cu, heads);
     drop_graphs(m);
 }
 

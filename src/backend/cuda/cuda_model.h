@@ -137,6 +137,11 @@ void cuda_model_set_matvec(cuda_model *m, int mode);
 /* Programmatic dependent launch on (the default) or off (cuda_set_pdl),
  * for a benchmark's A/B; drops the captured graphs likewise. */
 void cuda_model_set_pdl(cuda_model *m, int on);
+/* The decode attention's launch shape for a benchmark: the cluster cap and
+ * the query heads a CTA (cuda_attention_force_cluster / _heads; 0: the
+ * defaults); results differ only in summation order. Drops the captured
+ * graphs likewise. */
+void cuda_model_set_attention(cuda_model *m, int cluster, int heads);
 
 /* The decode row's kernels of a layer, in order, for cuda_model_set_skip.
  * CUDA_STAGE_COMBINE is the MoE combine with the next norm + quantization
