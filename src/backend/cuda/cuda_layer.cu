@@ -13,8 +13,10 @@
  * cluster split the positions (or the row) and merge their partial results
  * through distributed shared memory, so neither needs global scratch nor a
  * second launch. The cluster size is the largest the device grants (up to
- * 16), found once per kernel and device; a launch the driver refuses with
- * clusters runs again with clusters of one CTA (the same kernel, slower). */
+ * 16), found once per kernel and device, capped for the decode attention
+ * by its context's bucket (cuda_attention_bucket: 4, 8 or 16); a launch the
+ * driver refuses with clusters runs again with clusters of one CTA (the
+ * same kernel, slower). */
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -612,10 +614,13 @@ __device__ __forceinline__ void attn_combine(const at_xfer<GB> &x, float *orow)
 }
 
 /* AT_SPREAD: slices of at most this many positions (a multiple of 32) take
- * attn_spread, longer ones the per-warp tiles. With 16-CTA clusters, 64 is
- * every context up to 1024 positions; the value is what measured best on
- * the H200 (bench/RESULTS.md, session 9: two tiles spread beat the tiles,
- * four did not). A -D for benchmarks only. */
+ * attn_spread, longer ones the per-warp tiles. With the buckets' clusters
+ * (4 CTAs up to 128 positions, 8 up to 2048, 16 beyond) a row takes the
+ * spread path up to 512 positions and the tiles beyond (a 16-CTA slice
+ * past 2048 positions is over 128); the value is what measured best on the
+ * H200 with 16-CTA clusters
+ * (bench/RESULTS.md, session 9: two tiles spread beat the tiles, four did
+ * not). A -D for benchmarks only. */
 #ifndef AT_SPREAD
 #define AT_SPREAD 64
 #endif
