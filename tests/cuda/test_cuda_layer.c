@@ -108,6 +108,11 @@ TEST(test_errors)
     err_clear(&e);
     CHECK(cuda_attention_decode(g_cu, f, f, 1, 8, 2, 264, f, 1, f, 1, ids, 1, 0.1f, &e) == ERR_USAGE);    /* d > 256 */
     err_clear(&e);
+    CHECK(cuda_attention_rows(g_cu, f, f, 2, 32, 4, 128, f, 1, f, 1, ids, -1, 0.1f, &e) == ERR_USAGE);   /* pos0 < 0 */
+    CHECK(strstr(e.msg, "position -1") != NULL);
+    err_clear(&e);
+    CHECK(cuda_attention_rows(g_cu, f, f, 0, 32, 4, 128, f, 1, f, 1, ids, 0, 0.1f, &e) == ERR_USAGE);    /* no rows */
+    err_clear(&e);
     CHECK(cuda_rope_neox(g_cu, f, 1, 4, 128, 129, ids, 1e6f, 1.0f, &e) == ERR_USAGE);   /* odd n_rot */
     err_clear(&e);
     CHECK(cuda_rope_neox(g_cu, f, 1, 4, 64, 128, ids, 1e6f, 1.0f, &e) == ERR_USAGE);    /* n_rot > head_dim */

@@ -936,9 +936,10 @@ static int bench_stages(const char *path)
  * shapes, 64 greedy tokens from positions 17 .. 3900 (n_ctx 4096: the
  * cache beyond the prompt holds whatever the run left there, which
  * changes the tokens, not the work), rounds alternating the shapes;
- * medians of 3 rounds, each against the default shape (cluster 0 = the
- * largest the device grants, heads 0 = the heuristic). The greedy ids'
- * FNV-1a says whether a shape changed the tokens (summation order only). */
+ * medians of 3 rounds, each against the default shape (0 0: the cluster
+ * of the context's bucket, cuda_attention_bucket, and the heuristic's heads
+ * for it). The greedy ids' FNV-1a says whether a shape changed the tokens
+ * (summation order only). */
 static int bench_attn(const char *path, int nargs, char **args)
 {
     err e = {0};

@@ -438,6 +438,7 @@ int  cuda_attention_decode(cuda_ctx *c, float *out_dev, const float *q_dev, int 
  * the tolerance above); rows agree bit for bit with each other only
  * when their calls' bounds are in the same bucket, so a caller passes a
  * bound of the bucket of pos + 1 (a graph serves one bucket). */
+#define CUDA_ATTN_BUCKETS 3
 int  cuda_attention_bucket(int n_kv);
 int  cuda_attention_bucket_end(int bucket);
 /* cuda_qk_norm_rope_store_rows: cuda_qk_norm_rope_store for `rows` rows

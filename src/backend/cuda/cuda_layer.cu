@@ -1061,7 +1061,7 @@ static int attn_run(cuda_ctx *c, float *out, const float *q, int n_q, int n_q_gr
                         "cuda_attention_decode: n_q=%d n_head=%d n_head_kv=%d head_dim=%d "
                         "(n_head a multiple of n_head_kv, head_dim a multiple of 8 <= %d)",
                         n_q, n_head, n_head_kv, head_dim, AT_DMAX);
-    static const int caps[3] = { 4, 8, CL_MAX };
+    static const int caps[CUDA_ATTN_BUCKETS] = { 4, 8, CL_MAX };
     const int cap = c->at_cluster > 0 ? c->at_cluster : caps[cuda_attention_bucket(n_kv_max)];
     /* heads per CTA: the largest of 8, 4, 2, 1 dividing the group, halved
      * while the grid (at cap-CTA clusters) fills less than ~3/4 of the SMs

@@ -140,9 +140,9 @@ struct cuda_model {
     int       use_graph;     /* rows replay graphs (default 1) */
     int       record;        /* eval records layer outputs (plain path) */
     /* per attention bucket (cuda_attention_bucket), NULL until first use: */
-    cuda_graph *graph[3];      /* one greedy step */
-    cuda_graph *graph_row[3];  /* one prompt row without logits, then step_next */
-    cuda_graph *graph_head[3]; /* one row with logits */
+    cuda_graph *graph[CUDA_ATTN_BUCKETS];      /* one greedy step */
+    cuda_graph *graph_row[CUDA_ATTN_BUCKETS];  /* one prompt row without logits, then step_next */
+    cuda_graph *graph_head[CUDA_ATTN_BUCKETS]; /* one row with logits */
     /* the VRAM expert arena (opts.arena_bytes > 0); the layers' expert
      * dmats then point at the slot arrays, stride one slot */
     int       arena;
@@ -909,7 +909,7 @@ fail:
  * recaptured at next use). */
 static void drop_graphs(cuda_model *m)
 {
-    for (int b = 0; b < 3; b++) {
+    for (int b = 0; b < CUDA_ATTN_BUCKETS; b++) {
         cuda_graph_free(m->graph[b]);
         cuda_graph_free(m->graph_row[b]);
         cuda_graph_free(m->graph_head[b]);
@@ -1460,8 +1460,15 @@ static int row(cuda_model *m, const int32_t *tok, const int32_t *pos, int n_kv_m
 
 static int capture(cuda_model *m, int kind, int bucket, cuda_graph **g, err *e);
 
-/* The attention bucket of the row at position p */
-static int bucket_of(int p) { return cuda_attention_bucket(p + 1); }
+/* Replay the graph of `kind` (capture's) for the row at position p: the
+ * one of its attention bucket (context p + 1) in graphs[], captured first
+ * if missing. */
+static int replay(cuda_model *m, int kind, cuda_graph **graphs, int p, err *e)
+{
+    const int b = cuda_attention_bucket(p + 1);
+    if (!graphs[b]) TRY(capture(m, kind, b, &graphs[b], e));
+    return cuda_graph_launch(m->cu, graphs[b], e);
+}
 
 /* Rows of a prompt chunk (< 2: row at a time). */
 static int chunk_cap(const cuda_model *m) { return m->nc_set && m->nc_set < m->nc ? m->nc_set : m->nc; }
@@ -1486,16 +1493,8 @@ int cuda_model_eval(cuda_model *m, const int32_t *ids, int n, int pos0, float *l
     } else if (m->use_graph && !m->record) {
         const int32_t slots[2] = { ids[0], pos0 };
         TRY(cuda_upload(m->cu, m->step, slots, sizeof slots, e));
-        for (int i = 0; i < (logits ? n - 1 : n); i++) {
-            cuda_graph **g = &m->graph_row[bucket_of(pos0 + i)];
-            if (!*g) TRY(capture(m, 0, bucket_of(pos0 + i), g, e));
-            TRY(cuda_graph_launch(m->cu, *g, e));
-        }
-        if (logits) {
-            cuda_graph **g = &m->graph_head[bucket_of(pos0 + n - 1)];
-            if (!*g) TRY(capture(m, 1, bucket_of(pos0 + n - 1), g, e));
-            TRY(cuda_graph_launch(m->cu, *g, e));
-        }
+        for (int i = 0; i < (logits ? n - 1 : n); i++) TRY(replay(m, 0, m->graph_row, pos0 + i, e));
+        if (logits) TRY(replay(m, 1, m->graph_head, pos0 + n - 1, e));
     } else {
         for (int i = 0; i < n; i++) {
             const int last = i == n - 1;
@@ -1544,11 +1543,7 @@ int cuda_model_greedy(cuda_model *m, int32_t first, int pos0, int n_steps, int32
     if (m->use_graph) {
         const int32_t slots[2] = { first, pos0 };
         TRY(cuda_upload(m->cu, m->step, slots, sizeof slots, e));
-        for (int i = 0; i < n_steps; i++) {
-            cuda_graph **g = &m->graph[bucket_of(pos0 + i)];
-            if (!*g) TRY(capture(m, 2, bucket_of(pos0 + i), g, e));
-            TRY(cuda_graph_launch(m->cu, *g, e));
-        }
+        for (int i = 0; i < n_steps; i++) TRY(replay(m, 2, m->graph, pos0 + i, e));
     } else {
         TRY(cuda_upload(m->cu, m->tok + pos0, &first, sizeof first, e));
         for (int i = 0; i < n_steps; i++) {
@@ -1568,7 +1563,7 @@ void cuda_model_set_record(cuda_model *m, int on) { m->record = on != 0; }
 
 int cuda_model_graph_kernels(const cuda_model *m)
 {
-    for (int b = 0; b < 3; b++)
+    for (int b = 0; b < CUDA_ATTN_BUCKETS; b++)
         if (m->graph[b]) return cuda_graph_kernels(m->graph[b]);
     return -1;
 }
