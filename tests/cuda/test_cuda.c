@@ -261,6 +261,8 @@ TEST(test_matvec)
         check_matvec(QTYPE_Q5_1, 2048, 2048, 0);     /* random blocks (random qh bits) */
         check_matvec(QTYPE_BF16, 2048, 2048, 0);
         check_matvec(QTYPE_Q6_K, 151936, 2048, 0);   /* the output head */
+        check_matvec(QTYPE_Q4_K, 40, 8192, 1);       /* 32 blocks a row: coalesced loads (one row a warp) */
+        check_matvec(QTYPE_Q4_K, 40, 8448, 1);       /* 33: past them, two passes of block loads */
     }
     cuda_matvec_force(g_cu, 0);
 }

@@ -41,7 +41,8 @@
  * timed; printed: tok/s, the weight bytes a token reads (all dense tensors,
  * the k experts of every layer, the head, one embedding row) times tok/s as
  * GB/s, and that as a fraction of the device's read bandwidth measured in
- * the same run (cuda_read_probe over a 4 GiB buffer, best of 5); then the
+ * the same run (cuda_read_probe over a 4 GiB buffer, best of 5, before
+ * the model is uploaded: read_probe_gbs); then the
  * latency of one dependent step (cuda_step_probe) and the token's floors:
  * its kernels (the greedy graph's kernel nodes) times that latency, and its
  * bytes at the read bandwidth.
@@ -994,10 +995,40 @@ static int bench_attn(const char *path, int nargs, char **args)
     return 0;
 }
 
+/* The device's read bandwidth (cuda_read_probe over a 4 GiB buffer, the
+ * best of 5 after a warm-up), in GB/s; 0 on failure (reported). Measured
+ * in a fresh context before anything else is allocated: after a 17 GB
+ * model was freed, a new 4 GiB buffer read ~16% slower on the H100 (2.71
+ * against 3.23 TB/s, session 18; likely smaller pages from the freed
+ * memory), and the probe is the denominator of every bandwidth
+ * fraction, so it must be the card's best. */
+static double read_probe_gbs(void)
+{
+    err e = {0};
+    double best = 0;
+    cuda_ctx *cu = NULL;
+    void *buf = NULL, *sink = NULL;
+    const size_t pb = (size_t)4 << 30;
+    if (!cuda_open(&cu, 0, &e) && !cuda_alloc(cu, &buf, pb, &e) && !cuda_alloc(cu, &sink, 4, &e) &&
+        !cuda_memset(cu, buf, 1, pb, &e) && !cuda_memset(cu, sink, 0, 4, &e)) {
+        for (int i = 0; i < 6; i++) {
+            float ms = 0;
+            if (cuda_timer_begin(cu, &e) || cuda_read_probe(cu, buf, pb, sink, &e) || cuda_timer_end(cu, &ms, &e))
+                break;
+            const double bw = pb / (ms / 1e3) / 1e9;
+            if (i > 0 && bw > best) best = bw;   /* the first is a warm-up */
+        }
+    }
+    if (e.code) fprintf(stderr, "bench: read probe: %s\n", e.msg);
+    if (cu) { cuda_free(cu, buf); cuda_free(cu, sink); cuda_close(cu); }
+    return best;
+}
+
 static int bench(const char *path, int quick)
 {
     err e = {0};
     if (ensure_model(path, "30b-a3b", "bench")) return 1;
+    const double best = quick ? 0 : read_probe_gbs();   /* first: see read_probe_gbs */
     cpu_side c;
     if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "bench: %s\n", e.msg); cpu_close(&c); return 1; }
     const hparams *hp = &c.hp;
@@ -1098,31 +1129,17 @@ static int bench(const char *path, int quick)
         return 0;
     }
 
-    /* the device's read bandwidth, same run */
-    double best = 0;
-    cuda_ctx *cu = NULL;
-    void *buf = NULL, *sink = NULL;
-    const size_t pb = (size_t)4 << 30;
-    if (!cuda_open(&cu, 0, &e) && !cuda_alloc(cu, &buf, pb, &e) && !cuda_alloc(cu, &sink, 4, &e) &&
-        !cuda_memset(cu, buf, 1, pb, &e) && !cuda_memset(cu, sink, 0, 4, &e)) {
-        for (int i = 0; i < 6; i++) {
-            float ms = 0;
-            if (cuda_timer_begin(cu, &e) || cuda_read_probe(cu, buf, pb, sink, &e) || cuda_timer_end(cu, &ms, &e))
-                break;
-            const double bw = pb / (ms / 1e3) / 1e9;
-            if (i > 0 && bw > best) best = bw;   /* the first is a warm-up */
-        }
-    }
-    if (e.code) fprintf(stderr, "bench: read probe: %s\n", e.msg);
     /* the latency of one dependent step, same run: the floor under a token
      * that is a chain of n_kern kernels each needing the one before */
     float st1 = 0, stg = 0, stb = 0, stt1 = 0, sttg = 0;
+    cuda_ctx *cu = NULL;
+    if (cuda_open(&cu, 0, &e)) fprintf(stderr, "bench: step probe: %s\n", e.msg);
     const int sms = cu ? cuda_get_info(cu)->sm_count : 0;
     if (cu && (cuda_step_probe(cu, 1, 0, 2000, &st1, &e) || cuda_step_probe(cu, 4 * sms, 0, 2000, &stg, &e) ||
                cuda_step_probe(cu, 2 * sms, 1, 2000, &stb, &e) || cuda_step_probe(cu, 1, 2, 2000, &stt1, &e) ||
                cuda_step_probe(cu, 4 * sms, 2, 2000, &sttg, &e)))
         fprintf(stderr, "bench: step probe: %s\n", e.msg);
-    if (cu) { cuda_free(cu, buf); cuda_free(cu, sink); cuda_close(cu); }
+    if (cu) cuda_close(cu);
 
     printf("bench: plain greedy (a launch per kernel) %d tokens in %.3f s: %.1f tok/s (%.3f ms/token)\n", n_tok,
            s_plain, n_tok / s_plain, 1e3 * s_plain / n_tok);

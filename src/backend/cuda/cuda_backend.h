@@ -103,8 +103,10 @@ int  cuda_copy_wait(cuda_ctx *c, err *e);
 int  cuda_timer_begin(cuda_ctx *c, err *e);
 int  cuda_timer_end(cuda_ctx *c, float *ms, err *e);
 /* A read-only bandwidth probe: every byte of buf[0..bytes) is read once with
- * 16-byte loads and folded into *sink_dev (one uint32, device) so the loads
- * cannot be dropped. bytes must be a multiple of 16, buf 16-byte aligned. */
+ * 16-byte loads (a CTA a contiguous 32 KB chunk, a thread's 8 loads in
+ * flight together: the fastest read pattern measured) and folded into
+ * *sink_dev (one uint32, device) so the loads cannot be dropped. bytes must
+ * be a multiple of 16 (at most 2^31 chunks), buf 16-byte aligned. */
 int  cuda_read_probe(cuda_ctx *c, const void *buf_dev, size_t bytes, uint32_t *sink_dev, err *e);
 /* The same read as one kernel of a dependent chain: launched as a
  * programmatic dependent of the previous kernel (as the decode graph's

@@ -839,9 +839,64 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
     return 0;
 }
 
+/* ---- coalesced Q4_K loads (co) ----
+ * A Q4_K lane loads its whole block (144 bytes: nine 16-byte loads), so a
+ * warp's load instruction touches 32 blocks 144 bytes apart: 32 sectors
+ * of as many lines. Measured on the H100 (session 18, a kernel that only
+ * loads): 14.2 MB in this pattern take 6.56 us cold, in 512 contiguous
+ * bytes an instruction 5.22 (1.26x). When one pass of a warp holds its rows
+ * whole (nit <= S: K <= 32 blocks; the host then launches CO = true), the
+ * warp's rows are rpw * rb contiguous bytes: it copies them to its own
+ * shared memory as contiguous 16-byte chunks (cp.async, lane l chunks l +
+ * 32 j: no registers held while they fly, where the block loads held 36),
+ * a row at 16 rs16 bytes (padded so the 8 lanes of a 16-byte load phase
+ * read 8 different bank groups), and each lane's dot reads its block from
+ * there (mv_item: the same bytes and operations as mv_dot(mv_load), so
+ * every sum is unchanged bit for bit). Decode 1.015x on the H100, 1.023x
+ * on the H200 (bench/RESULTS.md, session 18). */
+#define MVD_CO_MAXCH 9   /* chunks a lane: rpw * nit <= 32 blocks of 9 chunks */
+
+/* A co row's stride in 16-byte units: rb / 16 plus the padding that puts
+ * the phase's lanes (lane = sl * rpw + row) on distinct bank groups:
+ * rpw >= 8, eight rows of one sl: an odd stride; rpw = 4 or 2: 8 / rpw
+ * (mod 8) so rows step past the sl's 9 (mod 8 = 1) chunks; rpw = 1: any. */
+__host__ __device__ __forceinline__ int mvd_co_rs16(int rb, int rpw)
+{
+    const int want = rpw >= 8 ? 1 : rpw == 1 ? (rb / 16) & 7 : 8 / rpw;
+    return rb / 16 + ((want - rb / 16) & 7);
+}
+/* co's shared memory after the activation (16-aligned), all warps */
+__host__ __device__ __forceinline__ size_t mvd_co_bytes(int rb, int rpw)
+{
+    return (size_t)MVD_WARPS * rpw * 16 * mvd_co_rs16(rb, rpw);
+}
+
+/* The warp's nch chunks at src copied to its buffer ws by 16-byte cp.async
+ * (lane: chunks lane + 32 j; no registers held while they are in flight),
+ * chunk c of a row of cpr chunks at (c / cpr) * rs16 + c % cpr units (the
+ * quotient by a multiply-high: rcp = 2^32 / cpr + 1 is exact for c <
+ * 2^16). The warp barrier first: its previous pass's blocks are taken. */
+__device__ __forceinline__ void co_issue(uint8_t *ws, const uint8_t *src, int nch, unsigned cpr, unsigned rcp, int rs16,
+                                         int lane)
+{
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < MVD_CO_MAXCH; j++) {
+        const unsigned c = (unsigned)(lane + 32 * j), row = __umulhi(c, rcp);
+        if ((int)c < nch) cp_async16(ws + 16 * ((size_t)row * rs16 + (c - row * cpr)), src + 16 * (size_t)c);
+    }
+    cp_async_commit();
+}
+/* the copies landed and are visible to the warp */
+__device__ __forceinline__ void co_place(void)
+{
+    cp_async_wait_all();
+    __syncwarp();
+}
+
 /* grid: (ceil(rows / R), n_batch); block: 32 * MVD_WARPS threads. R is a
  * multiple of MVD_WARPS * (32 >> lg_s) (rows of one pass of the CTA). */
-template <int QT>
+template <int QT, bool CO = false>
 __global__ void __launch_bounds__(32 * MVD_WARPS, QT == CUDA_Q8_0_SPLIT ? 5 : 4)
 k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
                 int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, float *y, size_t y_stride,
@@ -881,19 +936,31 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     /* a CTA whose rows are one pass of its lanes has all its bytes in
      * flight from the hoisted loads: no L2 prefetch then */
     const bool pf = !mv_w<QT>::H || nr > MVD_WARPS * rpw || nit > S * T::U;
+    /* coalesced loads (Q4_K, a warp's pass holds whole rows: see mvd_co) */
+    constexpr bool co = QT == QTYPE_Q4_K && CO;   /* the host's choice: nit <= S */
+    const int cpr = rb / 16, rs16 = mvd_co_rs16(rb, rpw);
+    uint8_t *ws = smem + ((mv_act_bytes(T::ACT, k, T::BE) + 15) & ~(size_t)15) + (size_t)warp * rpw * 16 * rs16;
+    const unsigned rcp = 0xffffffffu / (unsigned)cpr + 1u;
+#define MVD_ISSUE(base) co_issue(ws, g + (size_t)(base) * rb, min(rpw, nr - (base)) * cpr, (unsigned)cpr, rcp, rs16, lane)
     int mat = b;
     const uint8_t *g = NULL;
     if (early) {
         if (ids) mat = __ldcg(ids + b);
         g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
-        if (mv_w<QT>::H && base0 < nr) MVD_LOAD(wr, g, base0, 0);   /* the first pass, before the wait */
+        if (mv_w<QT>::H && base0 < nr) {   /* the first pass, before the wait */
+            if (co) MVD_ISSUE(base0);
+            else MVD_LOAD(wr, g, base0, 0);
+        }
         if (pf) mvd_prefetch_l2(g, (size_t)nr * rb);
     }
     pdl_enter();
     if (!early) {
         mat = ids[b];
         g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
-        if (mv_w<QT>::H && base0 < nr) MVD_LOAD(wr, g, base0, 0);   /* the first pass, before the unpack */
+        if (mv_w<QT>::H && base0 < nr) {   /* the first pass, before the unpack */
+            if (co) MVD_ISSUE(base0);
+            else MVD_LOAD(wr, g, base0, 0);
+        }
         if (pf) mvd_prefetch_l2(g, (size_t)nr * rb);
     }
 
@@ -906,8 +973,16 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     for (int base = base0; base < nr; base += MVD_WARPS * rpw) {
         const int i = MVD_ROW(base);
         float acc = 0.f;
-        for (int c = 0; c < nit; c += S * T::U) {
-            if (!mv_w<QT>::H || base != base0 || c != 0) MVD_LOAD(wr, g, base, c);
+        if (co) {   /* one pass holds the row; the lane's block from the warp's buffer */
+            if (base != base0) MVD_ISSUE(base);
+            const int nrw = min(rpw, nr - base);
+            co_place();
+            const float v = mv_item<QT>(ws + (size_t)16 * rs16 * min(i - base, nrw - 1), xs, sxd, sxbs,
+                                        min(sl, nit - 1), nb);
+            acc += sl < nit ? v : 0.f;
+        }
+        for (int c = 0; c < (co ? 0 : nit); c += S * T::U) {
+            if (!co && (!mv_w<QT>::H || base != base0 || c != 0)) MVD_LOAD(wr, g, base, c);
 #pragma unroll
             for (int u = 0; u < T::U; u++) {
                 const int it = c + sl + S * u;
@@ -918,6 +993,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
         acc = mvd_reduce<QT>(acc, S, lg_s);
         if (i < nr && sl == 0) mv_store(ex, y, (size_t)b * y_stride + r0 + i, acc);
     }
+#undef MVD_ISSUE
 #undef MVD_LOAD
 #undef MVD_ROW
 }
@@ -1013,6 +1089,10 @@ static int mv_attr(int lim, err *e)
         r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               lim - MV_SMEM_STATIC),
                       "matvec smem attribute");
+    if (!r && QT == QTYPE_Q4_K)
+        r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_direct<QT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              lim - MV_SMEM_STATIC),
+                      "matvec smem attribute");
     if (!r)
         r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
@@ -1059,8 +1139,18 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
             return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, act);
         int lg_s, R;
         mvd_geometry(c, nit, T::U, rows, rb, nbat, &lg_s, &R);
+        size_t dsm = act;
+        if (QT == QTYPE_Q4_K && nit <= (1 << lg_s)) {   /* the co buffers (k_matvec_direct) */
+            dsm = ((act + 15) & ~(size_t)15) + mvd_co_bytes(rb, 32 >> lg_s);
+            if (dsm + MV_SMEM_STATIC > c->info.smem_per_block_optin)
+                return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, dsm);
+        }
         const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
-        return cuda_launch(c, k_matvec_direct<QT>, grid, 32 * MVD_WARPS, act, e, "matvec", w, a->w_stride, a->ids, rows,
+        if constexpr (QT == QTYPE_Q4_K)
+            if (dsm != act)
+                return cuda_launch(c, k_matvec_direct<QT, true>, grid, 32 * MVD_WARPS, dsm, e, "matvec", w, a->w_stride,
+                                   a->ids, rows, k, R, lg_s, xq, a->x_stride, a->y, a->y_stride, ex);
+        return cuda_launch(c, k_matvec_direct<QT>, grid, 32 * MVD_WARPS, dsm, e, "matvec", w, a->w_stride, a->ids, rows,
                            k, R, lg_s, xq, a->x_stride, a->y, a->y_stride, ex);
     }
     /* R: tiles <= 32 KB (or down to 1 row when even 4 rows exceed 64 KB);
