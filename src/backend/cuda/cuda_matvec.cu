@@ -853,7 +853,10 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
  * read 8 different bank groups), and each lane's dot reads its block from
  * there (mv_item: the same bytes and operations as mv_dot(mv_load), so
  * every sum is unchanged bit for bit). Decode 1.015x on the H100, 1.023x
- * on the H200 (bench/RESULTS.md, session 18). */
+ * on the H200; the grouped matmul (k_matmul_direct) reads the copied rows
+ * for all its activation rows, prefill 1.121x on the H100 (bench/RESULTS.md,
+ * session 18). With nit <= S, mvd_geometry's R is one pass of the warps
+ * (R rb >= 8 * 16 blocks of 144 bytes > 16 KB), so a warp copies once. */
 #define MVD_CO_MAXCH 9   /* chunks a lane: rpw * nit <= 32 blocks of 9 chunks */
 
 /* A co row's stride in 16-byte units: rb / 16 plus the padding that puts
@@ -1011,7 +1014,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
  * 56; the prefill measured 0.945x the Q8_0 rows', session 11), Q4_K's and
  * Q5_K's block items 128, Q6_K, Q4_1 and Q5_1 72 (3 CTAs); capped, none
  * spills (F32 would: 96). */
-template <int QT>
+template <int QT, bool CO = false>
 __global__ void __launch_bounds__(32 * MVD_WARPS, QT == QTYPE_F32 ? 2 : 4)
 k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
                 int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, const int32_t *__restrict__ xrow,
@@ -1029,7 +1032,21 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     const int r0 = blockIdx.x * R;
     const int nr = min(R, rows - r0);
     const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
-    mvd_prefetch_l2(g, (size_t)nr * rb);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int S = 1 << lg_s, rpw = 32 >> lg_s;
+    /* coalesced Q4_K loads (mvd_co; the host's choice: nit <= S): the
+     * warp's rows copied once to its buffer after the activations, each
+     * row's blocks read there by all its items' dots */
+    constexpr bool co = QT == QTYPE_Q4_K && CO;
+    const int rs16 = mvd_co_rs16(rb, rpw);
+    if (co) {
+        const int cpr = rb / 16;
+        if (warp * rpw < nr)
+            co_issue(smem + (size_t)act_al * CUDA_MM_NB + (size_t)warp * rpw * 16 * rs16, g + (size_t)warp * rpw * rb,
+                     min(rpw, nr - warp * rpw) * cpr, (unsigned)cpr, 0xffffffffu / (unsigned)cpr + 1u, rs16, lane);
+    } else {
+        mvd_prefetch_l2(g, (size_t)nr * rb);
+    }
     int nv = 0;
     for (int j = 0; j < CUDA_MM_NB; j++) {
         const int xr = xrow[(size_t)b * CUDA_MM_NB + j];
@@ -1042,13 +1059,15 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     }
     __syncthreads();
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int S = 1 << lg_s, rpw = 32 >> lg_s;
     const int sl = mvd_tr<QT>::TR ? lane >> (5 - lg_s) : lane & (S - 1);
     for (int base = warp * rpw; base < nr; base += MVD_WARPS * rpw) {
         const int i = base + (mvd_tr<QT>::TR ? lane & (rpw - 1) : lane >> lg_s);
         const bool ok = i < nr;
         const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
+        if (co) {   /* nit <= S: R is one pass of the warps (mvd_geometry), so base is the warp's first */
+            co_place();
+            wrow = smem + (size_t)act_al * CUDA_MM_NB + (size_t)16 * rs16 * (warp * rpw + min(i, nr - 1) - base);
+        }
         float acc[CUDA_MM_NB];
 #pragma unroll
         for (int j = 0; j < CUDA_MM_NB; j++) acc[j] = 0.f;
@@ -1095,6 +1114,10 @@ static int mv_attr(int lim, err *e)
                       "matvec smem attribute");
     if (!r)
         r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
+                      "matmul smem attribute");
+    if (!r && QT == QTYPE_Q4_K)
+        r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
                       "matmul smem attribute");
     return r;
@@ -1189,6 +1212,14 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     int lg_s, R;
     mvd_geometry(c, nit, T::U, rows, rb, a->n_items, &lg_s, &R);
     const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_items);
+    if constexpr (QT == QTYPE_Q4_K)
+        if (nit <= (1 << lg_s)) {   /* coalesced loads: the warps' row buffers after the activations */
+            const size_t csm = smem + mvd_co_bytes(rb, 32 >> lg_s);
+            if (csm + MV_SMEM_STATIC + 3 * 8 * CUDA_MM_NB <= c->info.smem_per_block_optin)
+                return cuda_launch(c, k_matmul_direct<QT, true>, grid, 32 * MVD_WARPS, csm, e, "matmul",
+                                   (const uint8_t *)a->w, a->w_stride, a->ids, rows, k, R, lg_s,
+                                   (const uint8_t *)a->xq, a->x_stride, a->xrow, a->yoff, a->y, act_al);
+        }
     return cuda_launch(c, k_matmul_direct<QT>, grid, 32 * MVD_WARPS, smem, e, "matmul", (const uint8_t *)a->w,
                        a->w_stride, a->ids, rows, k, R, lg_s, (const uint8_t *)a->xq, a->x_stride, a->xrow, a->yoff,
                        a->y, act_al);
