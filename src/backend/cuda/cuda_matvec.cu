@@ -742,11 +742,12 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
 }
 
 /* ---- direct matvec (the default) ----
- * No weight staging: a one-pass stream gains nothing from a trip through
- * shared memory, and the tile kernel above waits for its whole tile before
- * computing. Here the lanes load their items straight from global memory
- * (Q4_K: 16-byte loads of the nibbles, coalesced across the lanes of a
- * row; the block header is an L1 hit shared by the block's 8 lanes).
+ * No tile staging: the tile kernel above waits for its whole tile before
+ * computing. Here the lanes load their items straight from global memory,
+ * except Q4_K rows of at most 32 blocks, which a warp copies to its own
+ * shared memory in contiguous 16-byte chunks first (mvd_co, below: a lane
+ * takes a whole 144-byte block, and 32 lanes' blocks 144 bytes apart read
+ * 1.26x slower than contiguous loads, session 18).
  *   - a row is taken by S = 2^lg_s lanes (the smallest S with S * MVD_U >=
  *     items per row, at most 32), so a warp computes 32 / S rows at once:
  *     K = 768 Q4_K rows (24 items) use 8 lanes, 4 rows a warp, instead of
