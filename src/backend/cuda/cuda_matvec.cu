@@ -1109,18 +1109,20 @@ static int mv_attr(int lim, err *e)
         r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               lim - MV_SMEM_STATIC),
                       "matvec smem attribute");
-    if (!r && QT == QTYPE_Q4_K)
-        r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_direct<QT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              lim - MV_SMEM_STATIC),
-                      "matvec smem attribute");
+    if constexpr (QT == QTYPE_Q4_K)   /* the coalesced instances exist for Q4_K only */
+        if (!r)
+            r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_direct<QT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  lim - MV_SMEM_STATIC),
+                          "matvec smem attribute");
     if (!r)
         r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
                       "matmul smem attribute");
-    if (!r && QT == QTYPE_Q4_K)
-        r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
-                      "matmul smem attribute");
+    if constexpr (QT == QTYPE_Q4_K)
+        if (!r)
+            r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
+                          "matmul smem attribute");
     return r;
 }
 
