@@ -8,9 +8,13 @@
 #   build/prebuilt/pairs      lines "OLD NEW ROUNDS" (names in ab/): each a
 #                             bench/cuda/ab.sh run (--bench-quick; the first
 #                             generates the model when missing)
+#   build/prebuilt/ab/tr-N.xz trace builds (pack.sh trace:N=TREE): each
+#                             runs bench/cuda/trace.sh after the pairs,
+#                             its table to $OUT/trace-N.log and stdout
 #   build/prebuilt/steps      tests/cuda/device_run.sh's STEPS for the
 #                             candidate after the pairs (bench, memcheck;
-#                             none when the file is missing)
+#                             none when the file is missing); no suites
+#                             when build/prebuilt/bin is missing
 # The pairs come first, each line with its elapsed seconds, so a call cut
 # short by its time limit has its comparisons; logs go to $OUT (or
 # ./device-out). Usage (on the device): sh bench/cuda/device_ab.sh
@@ -36,6 +40,15 @@ if [ -f "$B/pairs" ]; then
         echo "$o -> $n: $(tail -n 1 "$OUT/ab-$o-$n.log")   [$(( $(date +%s) - S )) s]"
     done <"$B/pairs"
 fi
-STEPS=$(cat "$B/steps" 2>/dev/null) sh tests/cuda/device_run.sh /tmp/strata-bin || rc=1
+for t in /tmp/strata-ab/tr-*; do
+    [ -x "$t" ] || continue
+    n=$(basename "$t")
+    T=$t sh bench/cuda/trace.sh >"$OUT/trace-${n#tr-}.log" 2>&1 || rc=1
+    echo "${n#tr-} trace:   [$(( $(date +%s) - S )) s]"
+    grep -E "^\| [0-9]|a layer [0-9]" "$OUT/trace-${n#tr-}.log" | cut -c1-100
+done
+if [ -d "$B/bin" ]; then
+    STEPS=$(cat "$B/steps" 2>/dev/null) sh tests/cuda/device_run.sh /tmp/strata-bin || rc=1
+fi
 echo "done [$(( $(date +%s) - S )) s]"
 exit $rc
