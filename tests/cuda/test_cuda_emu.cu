@@ -152,6 +152,70 @@ TEST(test_emu_q5_0) { check(QTYPE_Q5_0, 24, 2048); check(QTYPE_Q5_0, 24, 768); c
 TEST(test_emu_q4_1) { check(QTYPE_Q4_1, 24, 2048); check(QTYPE_Q4_1, 24, 768); check(QTYPE_Q4_1, 24, 256); }
 TEST(test_emu_q5_1) { check(QTYPE_Q5_1, 24, 2048); check(QTYPE_Q5_1, 24, 768); check(QTYPE_Q5_1, 24, 256); }
 
+/* The coalesced copy's layout (qd_co_*: the direct matvec's and grouped
+ * matmul's Q4_K path, 144-byte blocks, and 176-byte Q5_K blocks), for every
+ * row length of 1..32 blocks and every count of rows a warp copies: the
+ * warp's chunks (lane l: chunks l + 32 j, j < block bytes / 16) land on
+ * distinct units inside its buffer, each lane then finds its own block
+ * there byte for byte, and the 8 lanes of each 16-byte load phase read 8
+ * different bank groups. */
+TEST(test_emu_co_layout)
+{
+    static const int bbs[2] = { 144, 176 };
+    int bad_place = 0, bad_bank = 0, layouts = 0;
+    for (int t = 0; t < 2; t++) {
+        const int bb = bbs[t], nch_b = bb / 16;
+        for (int nit = 1; nit <= 32; nit++) {
+            int lg = 0;
+            while ((1 << lg) < nit) lg++;
+            const int rpw = 32 >> lg, rb = nit * bb, cpr = rb / 16;
+            const int rs16 = qd_co_rs16(rb, rpw);
+            const unsigned rcp = qd_co_rcp((unsigned)cpr);
+            CHECK(rs16 >= cpr && rs16 < cpr + 8);
+            for (int nrw = 1; nrw <= rpw; nrw++) {
+                const int nch = nrw * cpr;
+                CHECK(nch <= 32 * nch_b);   /* every chunk has a lane */
+                int *owner = (int *)malloc(sizeof(int) * (size_t)rpw * rs16);
+                for (int u = 0; u < rpw * rs16; u++) owner[u] = -1;
+                for (int lane = 0; lane < 32; lane++)
+                    for (int j = 0; j < nch_b; j++) {
+                        const unsigned c = (unsigned)(lane + 32 * j);
+                        if ((int)c >= nch) continue;
+                        const size_t u = qd_co_unit(c, (unsigned)cpr, rcp, rs16);
+                        if (u >= (size_t)rpw * rs16 || owner[u] >= 0) { bad_place++; continue; }
+                        owner[u] = (int)c;
+                    }
+                /* lane (row r, place sl): its block's chunks are the row's
+                 * chunks sl * nch_b .. + nch_b, at r * rs16 + sl * nch_b .. */
+                for (int lane = 0; lane < 32; lane++) {
+                    const int r = lane & (rpw - 1), sl = lane >> (5 - lg);
+                    if (r >= nrw || sl >= nit) continue;
+                    for (int q = 0; q < nch_b; q++)
+                        if (owner[r * rs16 + sl * nch_b + q] != r * cpr + sl * nch_b + q) bad_place++;
+                }
+                if (nrw == rpw)
+                    for (int ph = 0; ph < 4; ph++)
+                        for (int q = 0; q < nch_b; q++) {
+                            int seen = 0, n = 0;
+                            for (int lane = 8 * ph; lane < 8 * ph + 8; lane++) {
+                                const int r = lane & (rpw - 1), sl = lane >> (5 - lg);
+                                if (sl >= nit) continue;
+                                seen |= 1 << ((r * rs16 + sl * nch_b + q) & 7);
+                                n++;
+                            }
+                            if (__builtin_popcount((unsigned)seen) != n) bad_bank++;
+                        }
+                free(owner);
+                layouts++;
+            }
+        }
+    }
+    printf("  emu co layout: %d layouts, %d misplaced chunks, %d bank-conflicted phases\n", layouts, bad_place,
+           bad_bank);
+    CHECK_MSG(bad_place == 0, "%d chunks misplaced", bad_place);
+    CHECK_MSG(bad_bank == 0, "%d load phases share a bank group", bad_bank);
+}
+
 /* qd_hbits4: the 5th-bit spread of Q5_0 / Q5_1, every input. */
 TEST(test_emu_hbits4)
 {
@@ -214,6 +278,7 @@ int main(void)
     RUN(test_emu_q5_0);
     RUN(test_emu_q4_1);
     RUN(test_emu_q5_1);
+    RUN(test_emu_co_layout);
     RUN(test_emu_hbits4);
     RUN(test_emu_float);
     RUN(test_emu_half_conv);

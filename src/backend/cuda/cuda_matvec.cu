@@ -860,15 +860,9 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
  * (R rb >= 8 * 16 blocks of 144 bytes > 16 KB), so a warp copies once. */
 #define MVD_CO_MAXCH 9   /* chunks a lane: rpw * nit <= 32 blocks of 9 chunks */
 
-/* A co row's stride in 16-byte units: rb / 16 plus the padding that puts
- * the phase's lanes (lane = sl * rpw + row) on distinct bank groups:
- * rpw >= 8, eight rows of one sl: an odd stride; rpw = 4 or 2: 8 / rpw
- * (mod 8) so rows step past the sl's 9 (mod 8 = 1) chunks; rpw = 1: any. */
-__host__ __device__ __forceinline__ int mvd_co_rs16(int rb, int rpw)
-{
-    const int want = rpw >= 8 ? 1 : rpw == 1 ? (rb / 16) & 7 : 8 / rpw;
-    return rb / 16 + ((want - rb / 16) & 7);
-}
+/* a co row's stride: qd_co_rs16 (cuda_qdot.cuh, checked on the CPU by
+ * test_cuda_emu with the chunk placement) */
+__host__ __device__ __forceinline__ int mvd_co_rs16(int rb, int rpw) { return qd_co_rs16(rb, rpw); }
 /* co's shared memory after the activation (16-aligned), all warps */
 __host__ __device__ __forceinline__ size_t mvd_co_bytes(int rb, int rpw)
 {
@@ -877,17 +871,17 @@ __host__ __device__ __forceinline__ size_t mvd_co_bytes(int rb, int rpw)
 
 /* The warp's nch chunks at src copied to its buffer ws by 16-byte cp.async
  * (lane: chunks lane + 32 j; no registers held while they are in flight),
- * chunk c of a row of cpr chunks at (c / cpr) * rs16 + c % cpr units (the
- * quotient by a multiply-high: rcp = 2^32 / cpr + 1 is exact for c <
- * 2^16). The warp barrier first: its previous pass's blocks are taken. */
+ * chunk c at qd_co_unit (its row's stride rs16, the quotient by cpr a
+ * multiply-high by rcp = qd_co_rcp(cpr)). The warp barrier first: its
+ * previous pass's blocks are taken. */
 __device__ __forceinline__ void co_issue(uint8_t *ws, const uint8_t *src, int nch, unsigned cpr, unsigned rcp, int rs16,
                                          int lane)
 {
     __syncwarp();
 #pragma unroll
     for (int j = 0; j < MVD_CO_MAXCH; j++) {
-        const unsigned c = (unsigned)(lane + 32 * j), row = __umulhi(c, rcp);
-        if ((int)c < nch) cp_async16(ws + 16 * ((size_t)row * rs16 + (c - row * cpr)), src + 16 * (size_t)c);
+        const unsigned c = (unsigned)(lane + 32 * j);
+        if ((int)c < nch) cp_async16(ws + 16 * qd_co_unit(c, cpr, rcp, rs16), src + 16 * (size_t)c);
     }
     cp_async_commit();
 }
@@ -944,7 +938,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     constexpr bool co = QT == QTYPE_Q4_K && CO;   /* the host's choice: nit <= S */
     const int cpr = rb / 16, rs16 = mvd_co_rs16(rb, rpw);
     uint8_t *ws = smem + ((mv_act_bytes(T::ACT, k, T::BE) + 15) & ~(size_t)15) + (size_t)warp * rpw * 16 * rs16;
-    const unsigned rcp = 0xffffffffu / (unsigned)cpr + 1u;
+    const unsigned rcp = qd_co_rcp((unsigned)cpr);
 #define MVD_ISSUE(base) co_issue(ws, g + (size_t)(base) * rb, min(rpw, nr - (base)) * cpr, (unsigned)cpr, rcp, rs16, lane)
     int mat = b;
     const uint8_t *g = NULL;
@@ -1044,7 +1038,7 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
         const int cpr = rb / 16;
         if (warp * rpw < nr)
             co_issue(smem + (size_t)act_al * CUDA_MM_NB + (size_t)warp * rpw * 16 * rs16, g + (size_t)warp * rpw * rb,
-                     min(rpw, nr - warp * rpw) * cpr, (unsigned)cpr, 0xffffffffu / (unsigned)cpr + 1u, rs16, lane);
+                     min(rpw, nr - warp * rpw) * cpr, (unsigned)cpr, qd_co_rcp((unsigned)cpr), rs16, lane);
     } else {
         mvd_prefetch_l2(g, (size_t)nr * rb);
     }

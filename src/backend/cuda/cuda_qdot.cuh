@@ -587,4 +587,34 @@ QD_HD void qd_unpack_q8_1(const uint8_t *gx, int w, int8_t *xq, float *xd, int16
     else qd_st16((uint8_t *)xq + (size_t)blk * 32 + 2 * (o - 2), v);
 }
 
+/* ==== The coalesced copy's layout (cuda_matvec.cu, mvd_co) ====
+ * A warp copies its rpw rows of whole-block items (rb bytes a row, rb / 16
+ * = cpr chunks) to shared memory chunk by chunk; chunk c of the warp's
+ * contiguous rows lands at 16-byte unit qd_co_unit(c): row c / cpr at
+ * rs16 units a row, chunk c % cpr in it. The lane of row r and place sl
+ * (lane = sl * rpw + r) then reads its block, item sl of row r, at unit
+ * r * rs16 + sl * (block bytes / 16). rs16 = cpr plus the padding that
+ * puts the 8 lanes of a 16-byte load phase on 8 different 16-byte bank
+ * groups (unit mod 8): rpw >= 8 (eight rows of one sl): an odd stride;
+ * rpw = 4 or 2: 8 / rpw (mod 8), so the rows step past the sl's blocks
+ * (9 or 11 chunks for Q4_K or Q5_K: 1 or 3 mod 8); rpw = 1: any.
+ * test_cuda_emu checks both properties for every row length to 32 blocks. */
+QD_HD int qd_co_rs16(int rb, int rpw)
+{
+    const int want = rpw >= 8 ? 1 : rpw == 1 ? (rb / 16) & 7 : 8 / rpw;
+    return rb / 16 + ((want - rb / 16) & 7);
+}
+/* rcp for qd_co_unit: floor((2^32 - 1) / cpr) + 1, so the multiply-high
+ * (c rcp) >> 32 is floor(c / cpr) exactly while c cpr < 2^32 */
+QD_HD unsigned qd_co_rcp(unsigned cpr) { return 0xffffffffu / cpr + 1u; }
+QD_HD size_t qd_co_unit(unsigned c, unsigned cpr, unsigned rcp, int rs16)
+{
+#ifdef __CUDA_ARCH__
+    const unsigned row = __umulhi(c, rcp);
+#else
+    const unsigned row = (unsigned)(((uint64_t)c * rcp) >> 32);
+#endif
+    return (size_t)row * (unsigned)rs16 + (c - row * cpr);
+}
+
 #endif
