@@ -376,8 +376,16 @@ extern "C" int cuda_step_probe(cuda_ctx *c, int ctas, int mode, int steps, float
     return r;
 }
 
+/* A warp's xor-fold of its lanes' acc into *sink, so the loads that made
+ * acc cannot be dropped (one atomic a warp, practically never taken). */
+__device__ __forceinline__ void fold_sink(uint32_t acc, uint32_t *sink)
+{
+    for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0 && acc == 0x9e3779b9u) atomicXor(sink, acc);
+}
+
 /* Grid-stride read of n16 uint4s; each thread keeps 4 independent loads in
- * flight per iteration; the xor-fold goes to one atomic per block. */
+ * flight per iteration; the xor-fold to *sink by fold_sink. */
 __device__ __forceinline__ void read_fold(const uint4 *__restrict__ p, size_t n16, uint32_t *sink)
 {
     uint32_t acc = 0;
@@ -392,8 +400,7 @@ __device__ __forceinline__ void read_fold(const uint4 *__restrict__ p, size_t n1
         uint4 a = __ldcs(p + i);
         acc ^= a.x ^ a.y ^ a.z ^ a.w;
     }
-    for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
-    if ((threadIdx.x & 31) == 0 && acc == 0x9e3779b9u) atomicXor(sink, acc);   /* practically never taken */
+    fold_sink(acc, sink);
 }
 
 /* The probe's pattern: a CTA of RP_THREADS reads one contiguous chunk of
@@ -418,8 +425,7 @@ __global__ void __launch_bounds__(RP_THREADS) k_read_probe(const uint4 *__restri
     uint32_t acc = 0;
 #pragma unroll
     for (int u = 0; u < RP_U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-    for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
-    if ((threadIdx.x & 31) == 0 && acc == 0x9e3779b9u) atomicXor(sink, acc);   /* practically never taken */
+    fold_sink(acc, sink);
 }
 
 /* cuda_read_step's kernel: read_fold after an optional L2 prefetch of the

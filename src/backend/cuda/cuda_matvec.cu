@@ -856,28 +856,34 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
  * every sum is unchanged bit for bit). Decode 1.015x on the H100, 1.023x
  * on the H200; the grouped matmul (k_matmul_direct) reads the copied rows
  * for all its activation rows, prefill 1.121x on the H100 (bench/RESULTS.md,
- * session 18). With nit <= S, mvd_geometry's R is one pass of the warps
- * (R rb >= 8 * 16 blocks of 144 bytes > 16 KB), so a warp copies once. */
+ * session 18). The host launches CO only where mvd_co_ok holds: every
+ * row of the CTA in its warps' first pass, so a warp copies once. */
 #define MVD_CO_MAXCH 9   /* chunks a lane: rpw * nit <= 32 blocks of 9 chunks */
 
-/* a co row's stride: qd_co_rs16 (cuda_qdot.cuh, checked on the CPU by
- * test_cuda_emu with the chunk placement) */
-__host__ __device__ __forceinline__ int mvd_co_rs16(int rb, int rpw) { return qd_co_rs16(rb, rpw); }
-/* co's shared memory after the activation (16-aligned), all warps */
-__host__ __device__ __forceinline__ size_t mvd_co_bytes(int rb, int rpw)
+/* Whether a launch of this geometry takes the co path: Q4_K rows of at
+ * most S blocks (a lane's one item a row), and R (mvd_geometry) one pass
+ * of the warps, MVD_WARPS * rpw rows (it always is then: R rb >= 8 * 16
+ * blocks of 144 bytes > 16 KB stops the doubling; checked, not assumed). */
+static bool mvd_co_ok(int qt, int64_t nit, int lg_s, int R)
 {
-    return (size_t)MVD_WARPS * rpw * 16 * mvd_co_rs16(rb, rpw);
+    return qt == QTYPE_Q4_K && nit <= (1 << lg_s) && R == MVD_WARPS * (32 >> lg_s);
+}
+/* co's shared memory after the activation (16-aligned), all warps; a row's
+ * stride qd_co_rs16 (cuda_qdot.cuh, checked on the CPU by test_cuda_emu) */
+static size_t mvd_co_bytes(int rb, int lg_s)
+{
+    const int rpw = 32 >> lg_s;
+    return (size_t)MVD_WARPS * rpw * 16 * qd_co_rs16(rb, rpw);
 }
 
 /* The warp's nch chunks at src copied to its buffer ws by 16-byte cp.async
  * (lane: chunks lane + 32 j; no registers held while they are in flight),
  * chunk c at qd_co_unit (its row's stride rs16, the quotient by cpr a
- * multiply-high by rcp = qd_co_rcp(cpr)). The warp barrier first: its
- * previous pass's blocks are taken. */
+ * multiply-high by rcp = qd_co_rcp(cpr)). Once a launch (mvd_co_ok): the
+ * buffer holds nothing before. */
 __device__ __forceinline__ void co_issue(uint8_t *ws, const uint8_t *src, int nch, unsigned cpr, unsigned rcp, int rs16,
                                          int lane)
 {
-    __syncwarp();
 #pragma unroll
     for (int j = 0; j < MVD_CO_MAXCH; j++) {
         const unsigned c = (unsigned)(lane + 32 * j);
@@ -935,8 +941,8 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
      * flight from the hoisted loads: no L2 prefetch then */
     const bool pf = !mv_w<QT>::H || nr > MVD_WARPS * rpw || nit > S * T::U;
     /* coalesced loads (Q4_K, a warp's pass holds whole rows: see mvd_co) */
-    constexpr bool co = QT == QTYPE_Q4_K && CO;   /* the host's choice: nit <= S */
-    const int cpr = rb / 16, rs16 = mvd_co_rs16(rb, rpw);
+    constexpr bool co = QT == QTYPE_Q4_K && CO;   /* the host's choice: mvd_co_ok */
+    const int cpr = rb / 16, rs16 = qd_co_rs16(rb, rpw);
     uint8_t *ws = smem + ((mv_act_bytes(T::ACT, k, T::BE) + 15) & ~(size_t)15) + (size_t)warp * rpw * 16 * rs16;
     const unsigned rcp = qd_co_rcp((unsigned)cpr);
 #define MVD_ISSUE(base) co_issue(ws, g + (size_t)(base) * rb, min(rpw, nr - (base)) * cpr, (unsigned)cpr, rcp, rs16, lane)
@@ -971,8 +977,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     for (int base = base0; base < nr; base += MVD_WARPS * rpw) {
         const int i = MVD_ROW(base);
         float acc = 0.f;
-        if (co) {   /* one pass holds the row; the lane's block from the warp's buffer */
-            if (base != base0) MVD_ISSUE(base);
+        if (co) {   /* one pass (base == base0) holds the row; the lane's block from the warp's buffer */
             const int nrw = min(rpw, nr - base);
             co_place();
             const float v = mv_item<QT>(ws + (size_t)16 * rs16 * min(i - base, nrw - 1), xs, sxd, sxbs,
@@ -1029,11 +1034,11 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int S = 1 << lg_s, rpw = 32 >> lg_s;
-    /* coalesced Q4_K loads (mvd_co; the host's choice: nit <= S): the
+    /* coalesced Q4_K loads (mvd_co; the host's choice: mvd_co_ok): the
      * warp's rows copied once to its buffer after the activations, each
      * row's blocks read there by all its items' dots */
     constexpr bool co = QT == QTYPE_Q4_K && CO;
-    const int rs16 = mvd_co_rs16(rb, rpw);
+    const int rs16 = qd_co_rs16(rb, rpw);
     if (co) {
         const int cpr = rb / 16;
         if (warp * rpw < nr)
@@ -1059,7 +1064,7 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
         const int i = base + (mvd_tr<QT>::TR ? lane & (rpw - 1) : lane >> lg_s);
         const bool ok = i < nr;
         const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
-        if (co) {   /* nit <= S: R is one pass of the warps (mvd_geometry), so base is the warp's first */
+        if (co) {   /* one pass (mvd_co_ok): base is the warp's first */
             co_place();
             wrow = smem + (size_t)act_al * CUDA_MM_NB + (size_t)16 * rs16 * (warp * rpw + min(i, nr - 1) - base);
         }
@@ -1155,19 +1160,15 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     /* the launch's matrices: both sets when there are two */
     const int64_t nbat = a->w2 ? 2 * (int64_t)a->n_batch : a->n_batch;
     if (c->mv_force != 1) {
-        if (act + MV_SMEM_STATIC > c->info.smem_per_block_optin)
-            return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, act);
         int lg_s, R;
         mvd_geometry(c, nit, T::U, rows, rb, nbat, &lg_s, &R);
-        size_t dsm = act;
-        if (QT == QTYPE_Q4_K && nit <= (1 << lg_s)) {   /* the co buffers (k_matvec_direct) */
-            dsm = ((act + 15) & ~(size_t)15) + mvd_co_bytes(rb, 32 >> lg_s);
-            if (dsm + MV_SMEM_STATIC > c->info.smem_per_block_optin)
-                return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, dsm);
-        }
+        const bool co = mvd_co_ok(QT, nit, lg_s, R);
+        const size_t dsm = co ? ((act + 15) & ~(size_t)15) + mvd_co_bytes(rb, lg_s) : act;   /* + the co buffers */
+        if (dsm + MV_SMEM_STATIC > c->info.smem_per_block_optin)
+            return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, dsm);
         const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
         if constexpr (QT == QTYPE_Q4_K)
-            if (dsm != act)
+            if (co)
                 return cuda_launch(c, k_matvec_direct<QT, true>, grid, 32 * MVD_WARPS, dsm, e, "matvec", w, a->w_stride,
                                    a->ids, rows, k, R, lg_s, xq, a->x_stride, a->y, a->y_stride, ex);
         return cuda_launch(c, k_matvec_direct<QT>, grid, 32 * MVD_WARPS, dsm, e, "matvec", w, a->w_stride, a->ids, rows,
@@ -1210,8 +1211,8 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     mvd_geometry(c, nit, T::U, rows, rb, a->n_items, &lg_s, &R);
     const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_items);
     if constexpr (QT == QTYPE_Q4_K)
-        if (nit <= (1 << lg_s)) {   /* coalesced loads: the warps' row buffers after the activations */
-            const size_t csm = smem + mvd_co_bytes(rb, 32 >> lg_s);
+        if (mvd_co_ok(QT, nit, lg_s, R)) {   /* coalesced loads: the warps' row buffers after the activations */
+            const size_t csm = smem + mvd_co_bytes(rb, lg_s);
             if (csm + MV_SMEM_STATIC + 3 * 8 * CUDA_MM_NB <= c->info.smem_per_block_optin)
                 return cuda_launch(c, k_matmul_direct<QT, true>, grid, 32 * MVD_WARPS, csm, e, "matmul",
                                    (const uint8_t *)a->w, a->w_stride, a->ids, rows, k, R, lg_s,
