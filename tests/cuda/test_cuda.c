@@ -722,6 +722,12 @@ TEST(test_errors)
     err_clear(&e);
     CHECK(cuda_act_quant(g_cu, QTYPE_Q3_K, NULL, NULL, 256, 1, &e) == ERR_UNSUPPORTED);
     CHECK(cuda_act_bytes(QTYPE_Q4_K, 100) == 0);
+    /* the read probe: an unaligned size, and nothing to read */
+    err_clear(&e);
+    CHECK(cuda_read_probe(g_cu, (const void *)(uintptr_t)256, 24, NULL, &e) == ERR_USAGE);
+    err_clear(&e);
+    CHECK(cuda_read_probe(g_cu, (const void *)(uintptr_t)256, 0, NULL, &e) == ERR_USAGE);
+    CHECK_MSG(strstr(e.msg, "0 bytes") != NULL, "%s", e.msg);
     /* split Q8_0 rows: k a multiple of 256, 16-byte aligned weights */
     CHECK(cuda_repack_q8_0(g_cu, (void *)(uintptr_t)256, 4, 288, &e) == ERR_USAGE);
     err_clear(&e);
