@@ -375,6 +375,99 @@ TEST(test_matvec_batch)
     }
 }
 
+/* xquant: the matvec quantizing its f32 rows itself (CUDA_XQ_F32) or
+ * swiglu(g, u) (CUDA_XQ_SWIGLU) gives bit for bit what cuda_act_quant (or
+ * cuda_act_quant_swiglu) then the plain matvec give: every type with a
+ * Q8_K or Q8_0 dot type, both kernels (direct and tile), rows with an
+ * all-zero block, a max tie of opposite signs, several blocks a warp
+ * (Q8_K) and more blocks than one pass of the CTA (Q8_0). */
+TEST(test_matvec_xquant)
+{
+    static const int types[] = {QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_Q5_0};
+    static const int64_t ks[] = {768, 4352};
+    const int nmat = 5, nb = 6;
+    const int32_t ids[6] = {3, 0, 4, 3, 1, 2};
+    err e = {0};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (size_t ki = 0; ki < 2; ki++) {
+            const int wtype = types[t];
+            const qtype_info *qi = qtype_get(wtype);
+            const int64_t rows = 40, k = ks[ki];
+            const size_t rb = (size_t)(k / qi->blck) * qi->type_size, ms = (rb * rows + 15) & ~(size_t)15;
+            uint8_t *w = xmalloc(ms * nmat);
+            float *wf = xmalloc(sizeof(float) * k);
+            for (int mi = 0; mi < nmat; mi++)
+                for (int64_t r = 0; r < rows; r++) {
+                    for (int64_t i = 0; i < k; i++) wf[i] = frand() * 0.05f;
+                    quant_quantize(wtype, wf, w + mi * ms + r * rb, k, &e);
+                }
+            float *g = xmalloc(sizeof(float) * k * nb), *u = xmalloc(sizeof(float) * k * nb);
+            for (int64_t i = 0; i < k * nb; i++) { g[i] = frand() * 6.0f; u[i] = frand() * 2.0f; }
+            for (int i = 0; i < 256; i++) { g[k + i] = 0.f; u[k + i] = 0.f; }   /* row 1: an all-zero block */
+            g[2 * k + 5] = 9.f; g[2 * k + 9] = -9.f;                            /* row 2: a tie, + first */
+            u[2 * k + 5] = 1.f; u[2 * k + 9] = -1.f;
+            g[3 * k + 40] = -9.f; g[3 * k + 70] = 9.f;                          /* row 3: a tie, - first */
+            const size_t ab = cuda_act_bytes(wtype, k);
+            float *dg = dev_from(g, sizeof(float) * k * nb), *du = dev_from(u, sizeof(float) * k * nb);
+            uint8_t *dw = dev_from(w, ms * nmat), *dq = dev_alloc(ab * nb);
+            int32_t *dids = dev_from(ids, sizeof ids);
+            float *dy = dev_alloc(sizeof(float) * rows * nb);
+            float *y1 = xmalloc(sizeof(float) * rows * nb), *y2 = xmalloc(sizeof(float) * rows * nb);
+            for (int mode = 0; mode < 2; mode++)
+                for (int force = 0; force < 2; force++) {
+                    cuda_matvec_force(g_cu, force ? 1 : 0);
+                    const int swi = mode == 1;
+                    if (swi) CHECK_MSG(cuda_act_quant_swiglu(g_cu, wtype, dg, du, dq, k, nb, &e) == 0, "%s", e.msg);
+                    else CHECK_MSG(cuda_act_quant(g_cu, wtype, dg, dq, k, nb, &e) == 0, "%s", e.msg);
+                    cuda_matvec_args a = {
+                        .wtype = wtype, .w = dw, .w_stride = ms, .ids = dids, .rows = rows, .k = k, .n_batch = nb,
+                        .xq = dq, .x_stride = ab, .y = dy, .y_stride = (size_t)rows,
+                    };
+                    CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * rows * nb, &e) == 0);
+                    CHECK_MSG(cuda_matvec_batch(g_cu, &a, &e) == 0, "%s", e.msg);
+                    CHECK(cuda_download(g_cu, y1, dy, sizeof(float) * rows * nb, &e) == 0);
+                    a.xq = dg;
+                    a.x_stride = sizeof(float) * (size_t)k;
+                    a.xquant = swi ? CUDA_XQ_SWIGLU : CUDA_XQ_F32;
+                    a.xu = swi ? du : NULL;
+                    CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * rows * nb, &e) == 0);
+                    CHECK_MSG(cuda_matvec_batch(g_cu, &a, &e) == 0, "%s", e.msg);
+                    CHECK(cuda_download(g_cu, y2, dy, sizeof(float) * rows * nb, &e) == 0);
+                    int bad = 0;
+                    for (int64_t i = 0; i < rows * nb; i++) bad += memcmp(&y1[i], &y2[i], 4) != 0;
+                    CHECK_MSG(bad == 0, "%s k=%lld %s (%s kernel): %d of %lld outputs differ from quantize + matvec",
+                              qtype_name(wtype), (long long)k, swi ? "swiglu" : "f32", force ? "tile" : "direct", bad,
+                              (long long)(rows * nb));
+                }
+            cuda_matvec_force(g_cu, 0);
+            printf("  xquant %-4s k=%lld: f32 and swiglu rows, direct and tile kernels: checked\n", qtype_name(wtype),
+                   (long long)k);
+            cuda_free(g_cu, dg); cuda_free(g_cu, du); cuda_free(g_cu, dw); cuda_free(g_cu, dq);
+            cuda_free(g_cu, dids); cuda_free(g_cu, dy);
+            free(w); free(wf); free(g); free(u); free(y1); free(y2);
+        }
+    /* refusals: a float dot type, swiglu without u, a misaligned row */
+    float *dx = dev_alloc(sizeof(float) * 256 * 2);
+    float *dy = dev_alloc(sizeof(float) * 16);
+    uint8_t *dw = dev_alloc(4096);
+    cuda_matvec_args a = {
+        .wtype = QTYPE_F32, .w = dw, .rows = 4, .k = 256, .n_batch = 1, .xq = dx, .y = dy, .xquant = CUDA_XQ_F32,
+    };
+    CHECK(cuda_matvec_batch(g_cu, &a, &e) == ERR_USAGE);
+    a.wtype = QTYPE_Q4_K;
+    a.xquant = CUDA_XQ_SWIGLU;
+    CHECK(cuda_matvec_batch(g_cu, &a, &e) == ERR_USAGE);
+    a.xquant = CUDA_XQ_F32;
+    a.xq = dx + 1;
+    CHECK(cuda_matvec_batch(g_cu, &a, &e) == ERR_USAGE);
+    a.xq = dx;
+    a.xquant = 3;
+    CHECK(cuda_matvec_batch(g_cu, &a, &e) == ERR_USAGE);
+    CHECK(cuda_matvec_xquant_ok(QTYPE_Q4_K) && cuda_matvec_xquant_ok(CUDA_Q8_0_SPLIT) &&
+          !cuda_matvec_xquant_ok(QTYPE_Q4_1) && !cuda_matvec_xquant_ok(QTYPE_F16));
+    cuda_free(g_cu, dx); cuda_free(g_cu, dy); cuda_free(g_cu, dw);
+}
+
 /* Grouped matmul: every output bit-identical to the matvec of the same
  * matrix and activation row; outputs not named by an item untouched. */
 TEST(test_matmul)
@@ -1104,6 +1197,7 @@ int main(int argc, char **argv)
     RUN(test_act_quant);
     RUN(test_matvec);
     RUN(test_matvec_batch);
+    RUN(test_matvec_xquant);
     RUN(test_matmul);
     RUN(test_rmsnorm);
     RUN(test_rmsnorm_quant_shapes);

@@ -273,7 +273,26 @@ typedef struct cuda_matvec_args {
                                  before this one on the stream (or before a copy):
                                  the direct kernel reads them, and prefetches the
                                  rows they pick into L2, before its dependency wait */
+    int            xquant;    /* 0: xq holds rows quantized by cuda_act_quant.
+                                 CUDA_XQ_F32: xq holds f32 rows and each CTA
+                                 quantizes its row itself, bit for bit what
+                                 cuda_act_quant writes; CUDA_XQ_SWIGLU: xq holds
+                                 f32 g rows and xu the u rows (the same x_stride),
+                                 the CTA quantizes swiglu(g, u), bit for bit
+                                 cuda_act_quant_swiglu. Only weight types whose
+                                 dot type is Q8_K or Q8_0 (cuda_matvec_xquant_ok);
+                                 x_stride a multiple of 16 bytes, xq and xu 16-byte
+                                 aligned. One dependent launch fewer on the token
+                                 path (the quantizer's). */
+    const float   *xu;
 } cuda_matvec_args;
+#define CUDA_XQ_F32    1
+#define CUDA_XQ_SWIGLU 2
+/* Whether cuda_matvec_args.xquant applies to weight type wtype (a
+ * cuda_matvec wtype): its dot type is Q8_K or Q8_0. The row is quantized
+ * into the shared memory its unpacked form takes, so any k the plain
+ * launch takes. */
+int  cuda_matvec_xquant_ok(int wtype);
 
 int  cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e);
 /* Which matvec kernel cuda_matvec_batch launches: 0 (the default) and 2

@@ -90,9 +90,10 @@ __device__ __forceinline__ unsigned long long ct_now()
 /* ==== Programmatic dependent launch (Hopper) ====
  * A kernel launched by cuda_launch (or launch_clustered) may begin while
  * the kernel before it on the stream is still finishing: its CTAs are
- * scheduled once every CTA of the previous grid has passed pdl_enter, so
- * the launch latency and the previous grid's tail overlap. Contract for
- * every kernel of this folder: pdl_enter() is its first statement, before
+ * scheduled once every CTA of the previous grid has passed pdl_enter (or
+ * exited: k_attn waits by pdl_wait, below), so the launch latency and the
+ * previous grid's tail overlap. Contract for every kernel of this folder:
+ * pdl_enter() (k_attn: pdl_wait()) is its first statement, before
  * any global memory access, L2 prefetches aside (k_rmsnorm_quant,
  * k_combine_rmsnorm_quant and k_attn prefetch their norm weights first).
  * Two exceptions: k_attn reads the position,
@@ -111,7 +112,15 @@ __device__ __forceinline__ unsigned long long ct_now()
  * predecessor before completing); launch_dependents then lets the next grid
  * start launching. Launched the ordinary way (or after a copy or an event
  * wait) both are no-ops. */
-__device__ __forceinline__ void pdl_enter()
+/* pdl_wait: griddepcontrol.wait alone (and the trace's stamps), without
+ * launch_dependents: the next grid then launches only as this grid's CTAs
+ * exit. k_attn waits so: its successor, the Wo matvec quantizing the
+ * attention's output itself, streams its weights before its own wait, and
+ * resident beside the attention (launched at its start) or beside its
+ * cluster merge (launched before it) it made the token 0.978x / 0.982x
+ * slower; launched at the exit, 1.006x faster than with a quantizer
+ * launch between the two (bench/RESULTS.md, session 19). */
+__device__ __forceinline__ void pdl_wait()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #ifdef STRATA_CUDA_TRACE
@@ -120,14 +129,18 @@ __device__ __forceinline__ void pdl_enter()
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #ifdef STRATA_CUDA_TRACE
     const unsigned long long t1 = ct_now();
-#endif
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#ifdef STRATA_CUDA_TRACE
     if (ct_buf && (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) == 0) {
         const unsigned int n = atomicAdd(&ct_buf->seq, 1u);
         if (n < ct_buf->cap) { ct_buf->rec[n].t_enter = t0; ct_buf->rec[n].t_wait = t1; }
     }
 #endif
+#endif
+}
+__device__ __forceinline__ void pdl_enter()
+{
+    pdl_wait();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

@@ -827,7 +827,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
         prefetch_span((const char *)vc + ((size_t)j * rs + hoff) * ves, D * ves);
     }
     if (pro.k && tid < 2) prefetch_span(tid ? pro.kw : pro.qw, D * (int)sizeof(float));   /* the norms' weights */
-    pdl_enter();
+    pdl_wait();   /* no launch_dependents: the next grid launches as this one's CTAs exit (pdl_wait) */
 
     const float *qr = q + (size_t)row * n_head * D + (size_t)h0 * D;
     float *orow = out + (size_t)row * n_head * D + (size_t)h0 * D;

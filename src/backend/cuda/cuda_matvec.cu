@@ -654,14 +654,151 @@ __device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s
 /* The optional parts of a launch (cuda_matvec_args): a second matrix set
  * (W2, y2: blockIdx.y >= n_batch takes matrix b - n_batch of it), a
  * residual added to each output (y[o] = dot + add[o], add may alias y:
- * each element is read and written by the one thread that owns it), and
- * ids_early (the ids may be read before the dependency wait). */
+ * each element is read and written by the one thread that owns it),
+ * ids_early (the ids may be read before the dependency wait), and xquant /
+ * xu (the CTA quantizes its f32 activation row itself: mv_act). */
 struct mv_ext {
     const uint8_t *W2;
     float         *y2;
     const float   *add;
     int            ids_early;
+    int            xquant;
+    const float   *xu;
 };
+
+/* ==== The activation quantized inside the matvec (xquant) ====
+ * What cuda_act_quant (or cuda_act_quant_swiglu) would write and the
+ * unpack would then read, written straight into the unpacked shared-memory
+ * layout (int8 quants, float scales, int16 bsums: mv_unpack), so the
+ * matvec needs no quantizer launch before it. Bit for bit the quantizers'
+ * values (test_cuda's test_matvec_xquant): the same per-block arithmetic;
+ * only where the values go differs. */
+
+/* quant_q8_K_warp's block (256 values at xb, or swiglu(xb, ub)) into q
+ * (256 int8), d (its float scale) and bs (16 int16 sums). The first
+ * largest |v| is found as there; its signed value rides along the
+ * reduction instead of being read again. Every lane of the warp calls it;
+ * xb and ub 16-byte aligned. */
+__device__ __forceinline__ void quant_q8_K_sm(const float *xb, const float *ub, int8_t *q, float *d, int16_t *bs)
+{
+    const int lane = threadIdx.x & 31;
+    const float4 a0 = *(const float4 *)(xb + lane * 8), a1 = *(const float4 *)(xb + lane * 8 + 4);
+    float v[8] = { a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w };
+    if (ub) {
+        const float4 c0 = *(const float4 *)(ub + lane * 8), c1 = *(const float4 *)(ub + lane * 8 + 4);
+        const float uu[8] = { c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w };
+#pragma unroll
+        for (int t = 0; t < 8; t++) v[t] = swiglu1(v[t], uu[t]);
+    }
+    float am = 0.f, mx = 0.f;
+    int idx = INT_MAX;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        const float ax = fabsf(v[t]);
+        if (ax > am) { am = ax; idx = lane * 8 + t; mx = v[t]; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float oam = __shfl_xor_sync(0xffffffffu, am, o);
+        const int oidx = __shfl_xor_sync(0xffffffffu, idx, o);
+        const float omx = __shfl_xor_sync(0xffffffffu, mx, o);
+        if (oam > am || (oam == am && oidx < idx)) { am = oam; idx = oidx; mx = omx; }
+    }
+    if (am == 0.f) {   /* d = 0, qs = 0, bsums = 0, as quant_q8_K_warp */
+        *(uint2 *)(q + 8 * lane) = make_uint2(0u, 0u);
+        if (lane < 8) ((uint32_t *)bs)[lane] = 0u;
+        if (lane == 0) *d = 0.f;
+        return;
+    }
+    const float iscale = -127.f / mx;
+    int s = 0;
+    uint32_t pk[2] = {0, 0};
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        int qv = __float2int_rn(__fmul_rn(iscale, v[t]));
+        qv = qv < 127 ? qv : 127;
+        s += qv;
+        pk[t >> 2] |= (uint32_t)(qv & 0xff) << (8 * (t & 3));
+    }
+    *(uint2 *)(q + 8 * lane) = make_uint2(pk[0], pk[1]);
+    const int s2 = s + __shfl_down_sync(0xffffffffu, s, 1);   /* lanes 2g, 2g+1 hold group g */
+    if ((lane & 1) == 0) bs[lane >> 1] = (int16_t)s2;
+    if (lane == 0) *d = 1.f / iscale;
+}
+
+/* quant_q8_0_oct's blocks (nb of 32 values at x, or swiglu(x, u)) into q
+ * (32 int8 a block) and d (each block's scale as the unpack widens it:
+ * float(half(amax / 127))): 8 lanes a block, every group of 8 threads of
+ * the CTA a block, four rounds' loads issued before the first's
+ * arithmetic. Every thread of the CTA calls it (the loop bound is
+ * uniform); x and u 16-byte aligned. */
+template <int SWI>
+__device__ __forceinline__ void quant_q8_0_sm(const float *x, const float *u, int nb, int8_t *q, float *d)
+{
+    const int grp = threadIdx.x >> 3, ng = blockDim.x >> 3, l8 = threadIdx.x & 7;
+    for (int b0 = 0; b0 < nb; b0 += 4 * ng) {
+        float4 xv[4], uv[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int b = min(b0 + grp + r * ng, nb - 1);
+            xv[r] = *(const float4 *)(x + (size_t)b * 32 + 4 * l8);
+            if (SWI) uv[r] = *(const float4 *)(u + (size_t)b * 32 + 4 * l8);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float v[4] = { xv[r].x, xv[r].y, xv[r].z, xv[r].w };
+            if (SWI) {
+                v[0] = swiglu1(v[0], uv[r].x);
+                v[1] = swiglu1(v[1], uv[r].y);
+                v[2] = swiglu1(v[2], uv[r].z);
+                v[3] = swiglu1(v[3], uv[r].w);
+            }
+            float am = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+            const float id = am != 0.f ? 127.f / am : 0.f;
+            uint32_t pk = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) pk |= (uint32_t)(q8_sat(q8_conv(v[i], id)) & 0xff) << (8 * i);
+            const int b = b0 + grp + r * ng;
+            if (b < nb) {
+                *(uint32_t *)(q + (size_t)b * 32 + 4 * l8) = pk;
+                if (l8 == 0) d[b] = __half2float(__float2half_rn(am / 127.f));
+            }
+        }
+    }
+}
+
+/* The CTA's activation row (bytes off past xq) into shared memory at s:
+ * unpacked (mv_unpack), or, with ex.xquant, quantized from f32 there.
+ * Returns what the items read as xq. */
+template <int QT>
+__device__ __forceinline__ const int8_t *mv_act(const uint8_t *xq, const mv_ext &ex, size_t off, uint8_t *s, int k,
+                                                float **sxd, int16_t **sxbs)
+{
+    typedef mv_traits<QT> T;
+    if constexpr (T::ACT == MV_ACT_Q8K || T::ACT == MV_ACT_Q80) {
+        if (ex.xquant) {
+            const int nb = k / T::BE;
+            int8_t *sxq = (int8_t *)s;
+            *sxd = (float *)(s + k);
+            *sxbs = (int16_t *)(s + k + 4 * nb);
+            const float *x = (const float *)(xq + off);
+            const float *u = ex.xquant == CUDA_XQ_SWIGLU ? (const float *)((const uint8_t *)ex.xu + off) : NULL;
+            if (T::ACT == MV_ACT_Q8K) {
+                for (int blk = threadIdx.x >> 5; blk < nb; blk += blockDim.x >> 5)
+                    quant_q8_K_sm(x + (size_t)blk * 256, u ? u + (size_t)blk * 256 : NULL, sxq + (size_t)blk * 256,
+                                  *sxd + blk, *sxbs + (size_t)blk * 16);
+            } else if (QT != CUDA_Q8_0_SPLIT && u) {   /* split rows are dense matrices: never swiglu (the host checks) */
+                quant_q8_0_sm<1>(x, u, nb, sxq, *sxd);
+            } else {
+                quant_q8_0_sm<0>(x, NULL, nb, sxq, *sxd);
+            }
+            return sxq;
+        }
+    }
+    return mv_unpack<QT>(xq + off, s, k, sxd, sxbs);
+}
 
 __device__ __forceinline__ int mv_pick(const mv_ext &ex, const uint8_t *__restrict__ *W, float **y)
 {
@@ -707,7 +844,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
 
     float *sxd;
     int16_t *sxbs;
-    const int8_t *xs = mv_unpack<QT>(xq + (size_t)b * x_stride, smem + tb, k, &sxd, &sxbs);
+    const int8_t *xs = mv_act<QT>(xq, ex, (size_t)b * x_stride, smem + tb, k, &sxd, &sxbs);
     cp_async_wait_all();
     __syncthreads();
 
@@ -970,7 +1107,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
 
     float *sxd;
     int16_t *sxbs;
-    const int8_t *xs = mv_unpack<QT>(xq + (size_t)b * x_stride, smem, k, &sxd, &sxbs);
+    const int8_t *xs = mv_act<QT>(xq, ex, (size_t)b * x_stride, smem, k, &sxd, &sxbs);
     __syncthreads();
 
     /* the loop bound is warp-uniform (base), so every lane reaches the shuffles */
@@ -1156,7 +1293,18 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
                         (int)T::WAL);
     if (a->w2 && (!a->y2 || a->add || a->n_batch > 65535 / 2))
         return err_setf(e, ERR_USAGE, "cuda_matvec: a second matrix set needs y2, no add, n_batch <= %d", 65535 / 2);
-    const mv_ext ex = { (const uint8_t *)a->w2, a->y2, a->add, a->ids_early };
+    if (a->xquant) {
+        const uintptr_t al = (uintptr_t)a->xq | (uintptr_t)a->x_stride | (a->xquant == CUDA_XQ_SWIGLU ? (uintptr_t)a->xu : 0);
+        if ((int)T::ACT != MV_ACT_Q8K && (int)T::ACT != MV_ACT_Q80)
+            return err_setf(e, ERR_USAGE, "cuda_matvec: xquant needs a Q8_K or Q8_0 dot type, not %s's",
+                            mv_type_name(a->wtype));
+        if ((a->xquant != CUDA_XQ_F32 && a->xquant != CUDA_XQ_SWIGLU) || (a->xquant == CUDA_XQ_SWIGLU && !a->xu) ||
+            (a->xquant == CUDA_XQ_SWIGLU && QT == CUDA_Q8_0_SPLIT) || (al & 15))
+            return err_setf(e, ERR_USAGE, "cuda_matvec: xquant %d needs f32 rows (and xu for swiglu, not with split "
+                            "q8_0 rows) 16-byte aligned",
+                            a->xquant);
+    }
+    const mv_ext ex = { (const uint8_t *)a->w2, a->y2, a->add, a->ids_early, a->xquant, a->xu };
     /* the launch's matrices: both sets when there are two */
     const int64_t nbat = a->w2 ? 2 * (int64_t)a->n_batch : a->n_batch;
     if (c->mv_force != 1) {
@@ -1240,6 +1388,17 @@ extern "C" int cuda_matmul(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     case QTYPE_BF16: return mm_run<QTYPE_BF16>(c, a, e);
     default:
         return err_setf(e, ERR_UNSUPPORTED, "cuda_matmul: weight type %s has no CUDA kernel yet", mv_type_name(a->wtype));
+    }
+}
+
+extern "C" int cuda_matvec_xquant_ok(int wtype)
+{
+    switch (wtype) {
+    case QTYPE_Q4_K: case QTYPE_Q5_K: case QTYPE_Q6_K: case QTYPE_Q8_0: case CUDA_Q8_0_SPLIT: case QTYPE_Q4_0:
+    case QTYPE_Q5_0:
+        return 1;
+    default:
+        return 0;
     }
 }
 

@@ -26,7 +26,11 @@
  * the launch of the op that makes it: the norm's, cuda_rmsnorm_quant, or
  * for a layer's attention input and the head's the previous combine's,
  * cuda_moe_combine_rmsnorm_quant); the stream runs in call order, so
- * reusing xq for the next tensor is safe.
+ * reusing xq for the next tensor is safe. Two inputs are never written
+ * quantized where the dot type is Q8_K or Q8_0: Wo's (the attention's
+ * output) and the down projection's (swiglu(g, u)); their matvecs read the
+ * float rows and each CTA quantizes them itself, bit for bit
+ * (cuda_matvec_args.xquant: two dependent launches a layer fewer).
  * An F32 weight's dot type is F32: its input is the float row itself, as on
  * the CPU (no copy).
  *
@@ -1083,13 +1087,14 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int n_kv_max, in
     STAGE(CUDA_STAGE_ATTN, cuda_attention_decode_fused(cu, m->att, m->q, m->k, m->v, dl->q_norm, dl->k_norm, H, Hkv, D,
                                                        hp->n_rot, pos, hp->rope_freq_base, hp->rope_freq_scale,
                                                        hp->rms_eps, dl->k_cache, dl->v_cache, m->kv_f16, n_kv_max, scale, e));
-    /* x = Wo . att + x: the residual is added in the matvec's store */
-    const void *xq = m->xq;
-    STAGE(CUDA_STAGE_WO_QUANT, act_in(m, &dl->wo, m->att, 1, &xq, e));
+    /* x = Wo . att + x: the residual is added in the matvec's store; a Q8
+     * dot type's CTAs quantize att themselves (xquant: no quantizer launch) */
     cuda_matvec_args a = {
-        .wtype = dl->wo.mvtype, .w = dl->wo.d, .rows = dl->wo.rows, .k = dl->wo.k, .n_batch = 1, .xq = xq,
+        .wtype = dl->wo.mvtype, .w = dl->wo.d, .rows = dl->wo.rows, .k = dl->wo.k, .n_batch = 1, .xq = m->att,
         .y = m->x, .add = m->x,
     };
+    if (cuda_matvec_xquant_ok(dl->wo.mvtype)) a.xquant = CUDA_XQ_F32;
+    else STAGE(CUDA_STAGE_WO_QUANT, act_in(m, &dl->wo, m->att, 1, &a.xq, e));
     STAGE(CUDA_STAGE_WO, cuda_matvec_batch(cu, &a, e));
     return 0;
 }
@@ -1145,9 +1150,18 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
         if (!same_dot(&dl->up_exps, &dl->gate_exps)) TRY(act_in(m, &dl->up_exps, m->xn, 1, &xq, e));
         STAGE(CUDA_STAGE_GATE_UP, mv_experts(m, &dl->up_exps, xq, 0, m->u, (size_t)F, 1, e));   /* ids: 2+ back */
     }
-    /* down: each expert its own hidden row h = swiglu(g, u); for a Q8 dot
-     * type h is computed inside the quantizer's launch */
-    if (q8_dot(&dl->down_exps)) {
+    /* down: each expert its own hidden row h = swiglu(g, u); for a Q8_K or
+     * Q8_0 dot type the matvec's CTAs compute and quantize it (xquant), for
+     * Q8_1 the quantizer's launch does */
+    if (cuda_matvec_xquant_ok(dl->down_exps.mvtype)) {
+        cuda_matvec_args a = {
+            .wtype = dl->down_exps.mvtype, .w = dl->down_exps.d, .w_stride = dl->down_exps.stride,
+            .ids = m->arena ? m->slot_ids : m->sel, .rows = dl->down_exps.rows, .k = dl->down_exps.k,
+            .n_batch = K, .xq = m->g, .x_stride = sizeof(float) * (size_t)F, .y = m->eout, .y_stride = (size_t)E,
+            .ids_early = 1, .xquant = CUDA_XQ_SWIGLU, .xu = m->u,   /* ids: written before gate+up */
+        };
+        STAGE(CUDA_STAGE_DOWN, cuda_matvec_batch(cu, &a, e));
+    } else if (q8_dot(&dl->down_exps)) {
         STAGE(CUDA_STAGE_DOWN_QUANT, cuda_act_quant_swiglu(cu, dl->down_exps.type, m->g, m->u, m->xq, F, K, e));
         xq = m->xq;
     } else {
@@ -1155,9 +1169,11 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
         xq = m->xq;
         STAGE(CUDA_STAGE_DOWN_QUANT, act_in(m, &dl->down_exps, m->g, K, &xq, e));
     }
-    const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
-    /* the ids were written before gate+up and the quantizer: 2+ launches back */
-    STAGE(CUDA_STAGE_DOWN, mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, 1, e));
+    if (!cuda_matvec_xquant_ok(dl->down_exps.mvtype)) {
+        const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
+        /* the ids were written before gate+up and the quantizer: 2+ launches back */
+        STAGE(CUDA_STAGE_DOWN, mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, 1, e));
+    }
     /* everything of this layer that reads m->xn or m->xq is enqueued
      * above, so the next norm may overwrite them here */
     if (next_norm)

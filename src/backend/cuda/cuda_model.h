@@ -148,7 +148,9 @@ void cuda_model_set_attention(cuda_model *m, int cluster, int heads);
  * when they share its launch; CUDA_STAGE_ATTN the attention with the Q/K
  * norm, RoPE and K/V store (cuda_attention_decode_fused), so
  * CUDA_STAGE_ROPE has a kernel only in a layer that stops after its K/V
- * store. */
+ * store. CUDA_STAGE_WO_QUANT and CUDA_STAGE_DOWN_QUANT have kernels only
+ * where Wo's or down's dot type is not Q8_K / Q8_0: otherwise the matvec
+ * quantizes its own input (cuda_matvec_args.xquant). */
 enum {
     CUDA_STAGE_NONE, CUDA_STAGE_QKV, CUDA_STAGE_ROPE, CUDA_STAGE_ATTN, CUDA_STAGE_WO_QUANT, CUDA_STAGE_WO,
     CUDA_STAGE_FFN_NORM, CUDA_STAGE_ROUTER, CUDA_STAGE_TOPK, CUDA_STAGE_GATE_UP, CUDA_STAGE_DOWN_QUANT,
