@@ -377,7 +377,8 @@ TEST(test_matvec_batch)
 
 /* xquant: the matvec quantizing its f32 rows itself (CUDA_XQ_F32) or
  * swiglu(g, u) (CUDA_XQ_SWIGLU) gives bit for bit what cuda_act_quant (or
- * cuda_act_quant_swiglu) then the plain matvec give: every type with a
+ * cuda_act_quant_swiglu) then the plain matvec give (and norming one,
+ * CUDA_XQ_NORM, what cuda_rmsnorm_quant then the matvec give): every type with a
  * Q8_K or Q8_0 dot type, both kernels (direct and tile), rows with an
  * all-zero block, a max tie of opposite signs, several blocks a warp
  * (Q8_K) and more blocks than one pass of the CTA (Q8_0). */
@@ -446,6 +447,66 @@ TEST(test_matvec_xquant)
             cuda_free(g_cu, dids); cuda_free(g_cu, dy);
             free(w); free(wf); free(g); free(u); free(y1); free(y2);
         }
+    /* CUDA_XQ_NORM: the matvec norming (and quantizing) one shared row
+     * itself, after or before its wait, is bit for bit cuda_rmsnorm_quant
+     * (F32 weights: cuda_rmsnorm) then the plain matvec; the tile kernel
+     * forced, the launch still takes the direct one */
+    static const int ntypes[] = {QTYPE_Q4_K, QTYPE_Q6_K, QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_F32};
+    static const int64_t nks[] = {2048, 768};
+    for (size_t t = 0; t < sizeof ntypes / sizeof ntypes[0]; t++)
+        for (size_t ki = 0; ki < 2; ki++) {
+            const int wtype = ntypes[t];
+            const qtype_info *qi = qtype_get(wtype);
+            const int64_t rows = 40, k = nks[ki];
+            const size_t rb = (size_t)(k / qi->blck) * qi->type_size, ms = (rb * rows + 15) & ~(size_t)15;
+            uint8_t *w = xmalloc(ms * nmat);
+            float *wf = xmalloc(sizeof(float) * k), *x = xmalloc(sizeof(float) * k), *nw = xmalloc(sizeof(float) * k);
+            for (int mi = 0; mi < nmat; mi++)
+                for (int64_t r = 0; r < rows; r++) {
+                    for (int64_t i = 0; i < k; i++) wf[i] = frand() * 0.05f;
+                    quant_quantize(wtype, wf, w + mi * ms + r * rb, k, &e);
+                }
+            for (int64_t i = 0; i < k; i++) { x[i] = frand() * 3.0f; nw[i] = 0.5f + frand(); }
+            const size_t ab = wtype == QTYPE_F32 ? sizeof(float) * k : cuda_act_bytes(wtype, k);
+            float *dx = dev_from(x, sizeof(float) * k), *dnw = dev_from(nw, sizeof(float) * k);
+            float *dxn = dev_alloc(sizeof(float) * k);
+            uint8_t *dw = dev_from(w, ms * nmat), *dq = dev_alloc(ab);
+            int32_t *dids = dev_from(ids, sizeof ids);
+            float *dy = dev_alloc(sizeof(float) * rows * nb);
+            float *y1 = xmalloc(sizeof(float) * rows * nb), *y2 = xmalloc(sizeof(float) * rows * nb);
+            if (wtype == QTYPE_F32) CHECK_MSG(cuda_rmsnorm(g_cu, dxn, dx, dnw, (int)k, 1, 1e-6f, &e) == 0, "%s", e.msg);
+            else CHECK_MSG(cuda_rmsnorm_quant(g_cu, wtype, dxn, dq, dx, dnw, (int)k, 1e-6f, &e) == 0, "%s", e.msg);
+            cuda_matvec_args a = {
+                .wtype = wtype, .w = dw, .w_stride = ms, .ids = dids, .rows = rows, .k = k, .n_batch = nb,
+                .xq = wtype == QTYPE_F32 ? (const void *)dxn : (const void *)dq, .y = dy, .y_stride = (size_t)rows,
+            };
+            CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * rows * nb, &e) == 0);
+            CHECK_MSG(cuda_matvec_batch(g_cu, &a, &e) == 0, "%s", e.msg);
+            CHECK(cuda_download(g_cu, y1, dy, sizeof(float) * rows * nb, &e) == 0);
+            for (int early = 0; early < 2; early++)
+                for (int force = 0; force < 2; force++) {
+                    cuda_matvec_force(g_cu, force ? 1 : 0);
+                    cuda_matvec_args an = a;
+                    an.xq = dx;
+                    an.xquant = CUDA_XQ_NORM;
+                    an.xnw = dnw;
+                    an.eps = 1e-6f;
+                    an.x_early = early;
+                    CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * rows * nb, &e) == 0);
+                    CHECK_MSG(cuda_matvec_batch(g_cu, &an, &e) == 0, "%s", e.msg);
+                    CHECK(cuda_download(g_cu, y2, dy, sizeof(float) * rows * nb, &e) == 0);
+                    int bad = 0;
+                    for (int64_t i = 0; i < rows * nb; i++) bad += memcmp(&y1[i], &y2[i], 4) != 0;
+                    CHECK_MSG(bad == 0, "%s k=%lld norm (early %d, force %d): %d of %lld outputs differ from norm + matvec",
+                              qtype_name(wtype), (long long)k, early, force, bad, (long long)(rows * nb));
+                }
+            cuda_matvec_force(g_cu, 0);
+            printf("  xquant norm %-4s k=%lld: after and before the wait: checked\n", qtype_name(wtype), (long long)k);
+            cuda_free(g_cu, dx); cuda_free(g_cu, dnw); cuda_free(g_cu, dxn); cuda_free(g_cu, dw); cuda_free(g_cu, dq);
+            cuda_free(g_cu, dids); cuda_free(g_cu, dy);
+            free(w); free(wf); free(x); free(nw); free(y1); free(y2);
+        }
+
     /* refusals: a float dot type, swiglu without u, a misaligned row */
     float *dx = dev_alloc(sizeof(float) * 256 * 2);
     float *dy = dev_alloc(sizeof(float) * 16);
@@ -461,10 +522,19 @@ TEST(test_matvec_xquant)
     a.xq = dx + 1;
     CHECK(cuda_matvec_batch(g_cu, &a, &e) == ERR_USAGE);
     a.xq = dx;
-    a.xquant = 3;
+    a.xquant = 4;
+    CHECK(cuda_matvec_batch(g_cu, &a, &e) == ERR_USAGE);
+    a.xquant = CUDA_XQ_NORM;   /* no norm weights */
+    CHECK(cuda_matvec_batch(g_cu, &a, &e) == ERR_USAGE);
+    a.xnw = dx;
+    a.x_stride = 1024;   /* a norm takes one shared row */
+    CHECK(cuda_matvec_batch(g_cu, &a, &e) == ERR_USAGE);
+    a.wtype = QTYPE_F16;
+    a.x_stride = 0;
     CHECK(cuda_matvec_batch(g_cu, &a, &e) == ERR_USAGE);
     CHECK(cuda_matvec_xquant_ok(QTYPE_Q4_K) && cuda_matvec_xquant_ok(CUDA_Q8_0_SPLIT) &&
-          !cuda_matvec_xquant_ok(QTYPE_Q4_1) && !cuda_matvec_xquant_ok(QTYPE_F16));
+          !cuda_matvec_xquant_ok(QTYPE_Q4_1) && !cuda_matvec_xquant_ok(QTYPE_F16) && !cuda_matvec_xquant_ok(QTYPE_F32));
+    CHECK(cuda_matvec_xnorm_ok(QTYPE_F32) && cuda_matvec_xnorm_ok(QTYPE_Q6_K) && !cuda_matvec_xnorm_ok(QTYPE_BF16));
     cuda_free(g_cu, dx); cuda_free(g_cu, dy); cuda_free(g_cu, dw);
 }
 

@@ -283,16 +283,33 @@ typedef struct cuda_matvec_args {
                                  dot type is Q8_K or Q8_0 (cuda_matvec_xquant_ok);
                                  x_stride a multiple of 16 bytes, xq and xu 16-byte
                                  aligned. One dependent launch fewer on the token
-                                 path (the quantizer's). */
+                                 path (the quantizer's). CUDA_XQ_NORM: xq holds
+                                 one f32 row x (x_stride 0) and the CTA computes
+                                 rms(x) * xnw (eps) itself, bit for bit
+                                 cuda_rmsnorm (then quantizes it as
+                                 cuda_rmsnorm_quant does); also F32 weights, whose
+                                 dots then read the normed row from shared
+                                 memory (cuda_matvec_xnorm_ok). The direct kernel
+                                 only (the tile kernel has too few threads for
+                                 the norm's reduction tree). */
     const float   *xu;
+    const float   *xnw;       /* CUDA_XQ_NORM: the norm's k weights */
+    float          eps;       /* CUDA_XQ_NORM: its epsilon */
+    int            x_early;   /* CUDA_XQ_NORM: x was written two or more launches
+                                 before this one (or before a copy): the CTA
+                                 norms and quantizes it before its dependency
+                                 wait, off the chain's critical path */
 } cuda_matvec_args;
 #define CUDA_XQ_F32    1
 #define CUDA_XQ_SWIGLU 2
+#define CUDA_XQ_NORM   3
 /* Whether cuda_matvec_args.xquant applies to weight type wtype (a
  * cuda_matvec wtype): its dot type is Q8_K or Q8_0. The row is quantized
  * into the shared memory its unpacked form takes, so any k the plain
  * launch takes. */
 int  cuda_matvec_xquant_ok(int wtype);
+/* Whether CUDA_XQ_NORM applies to wtype: cuda_matvec_xquant_ok, or F32. */
+int  cuda_matvec_xnorm_ok(int wtype);
 
 int  cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e);
 /* Which matvec kernel cuda_matvec_batch launches: 0 (the default) and 2

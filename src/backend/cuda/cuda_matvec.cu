@@ -664,6 +664,10 @@ struct mv_ext {
     int            ids_early;
     int            xquant;
     const float   *xu;
+    const float   *xnw;      /* CUDA_XQ_NORM: the norm's weights, epsilon, */
+    float          eps;
+    int            x_early;  /* norm before the dependency wait, */
+    int            nrm_off;  /* and the normed row's shared-memory offset (then RMS_THREADS / 32 doubles) */
 };
 
 /* ==== The activation quantized inside the matvec (xquant) ====
@@ -769,21 +773,38 @@ __device__ __forceinline__ void quant_q8_0_sm(const float *x, const float *u, in
     }
 }
 
+/* Which input paths a kernel instance compiles (its template XQ): the
+ * plain unpack only (the instances most launches take, so they keep their
+ * registers), also the f32 / swiglu quantization, or also the norm. */
+enum { MV_XQ_NONE, MV_XQ_QUANT, MV_XQ_NORM };
+
 /* The CTA's activation row (bytes off past xq) into shared memory at s:
- * unpacked (mv_unpack), or, with ex.xquant, quantized from f32 there.
- * Returns what the items read as xq. */
-template <int QT>
+ * unpacked (mv_unpack), or, with ex.xquant, quantized from f32 there
+ * (CUDA_XQ_NORM: normed first, by rms_row into the row at base +
+ * ex.nrm_off: every thread of a CTA of RMS_THREADS calls it then; an F32
+ * weight's dots read that row). Returns what the items read as xq. */
+template <int QT, int XQ>
 __device__ __forceinline__ const int8_t *mv_act(const uint8_t *xq, const mv_ext &ex, size_t off, uint8_t *s, int k,
-                                                float **sxd, int16_t **sxbs)
+                                                float **sxd, int16_t **sxbs, uint8_t *base)
 {
     typedef mv_traits<QT> T;
-    if constexpr (T::ACT == MV_ACT_Q8K || T::ACT == MV_ACT_Q80) {
+    const float *sy = NULL;
+    if constexpr (XQ == MV_XQ_NORM && (T::ACT == MV_ACT_Q8K || T::ACT == MV_ACT_Q80 || QT == QTYPE_F32)) {
+        if (ex.xquant == CUDA_XQ_NORM) {
+            float *ny = (float *)(base + ex.nrm_off);
+            rms_row(ny, (const float *)(xq + off), ex.xnw, k, ex.eps, (double *)(ny + k));
+            __syncthreads();
+            if (QT == QTYPE_F32) return (const int8_t *)ny;
+            sy = ny;
+        }
+    }
+    if constexpr (XQ != MV_XQ_NONE && (T::ACT == MV_ACT_Q8K || T::ACT == MV_ACT_Q80)) {
         if (ex.xquant) {
             const int nb = k / T::BE;
             int8_t *sxq = (int8_t *)s;
             *sxd = (float *)(s + k);
             *sxbs = (int16_t *)(s + k + 4 * nb);
-            const float *x = (const float *)(xq + off);
+            const float *x = sy ? sy : (const float *)(xq + off);
             const float *u = ex.xquant == CUDA_XQ_SWIGLU ? (const float *)((const uint8_t *)ex.xu + off) : NULL;
             if (T::ACT == MV_ACT_Q8K) {
                 for (int blk = threadIdx.x >> 5; blk < nb; blk += blockDim.x >> 5)
@@ -844,7 +865,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
 
     float *sxd;
     int16_t *sxbs;
-    const int8_t *xs = mv_act<QT>(xq, ex, (size_t)b * x_stride, smem + tb, k, &sxd, &sxbs);
+    const int8_t *xs = mv_act<QT, MV_XQ_QUANT>(xq, ex, (size_t)b * x_stride, smem + tb, k, &sxd, &sxbs, smem);
     cp_async_wait_all();
     __syncthreads();
 
@@ -911,6 +932,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
  * Item order and float sums per lane are fixed (u ascending, then the
  * shuffle tree): results are deterministic run to run. */
 #define MVD_WARPS 8
+static_assert(32 * MVD_WARPS == RMS_THREADS, "CUDA_XQ_NORM: the direct kernel's CTA runs rms_row");
 
 /* L2 prefetch of a CTA's rows [g, g + n): cta_prefetch_l2 over all its
  * threads. */
@@ -1037,7 +1059,7 @@ __device__ __forceinline__ void co_place(void)
 
 /* grid: (ceil(rows / R), n_batch); block: 32 * MVD_WARPS threads. R is a
  * multiple of MVD_WARPS * (32 >> lg_s) (rows of one pass of the CTA). */
-template <int QT, bool CO = false>
+template <int QT, bool CO = false, int XQ = MV_XQ_NONE>
 __global__ void __launch_bounds__(32 * MVD_WARPS, QT == CUDA_Q8_0_SPLIT ? 5 : 4)
 k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
                 int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, float *y, size_t y_stride,
@@ -1094,6 +1116,12 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
         }
         if (pf) mvd_prefetch_l2(g, (size_t)nr * rb);
     }
+    /* a normed input written two or more launches back: normed (and
+     * quantized) before the wait, off the chain (cuda_matvec_args.x_early) */
+    float *sxd;
+    int16_t *sxbs;
+    const int8_t *xs = NULL;
+    if (XQ == MV_XQ_NORM && ex.x_early) xs = mv_act<QT, XQ>(xq, ex, (size_t)b * x_stride, smem, k, &sxd, &sxbs, smem);
     pdl_enter();
     if (!early) {
         mat = ids[b];
@@ -1105,9 +1133,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
         if (pf) mvd_prefetch_l2(g, (size_t)nr * rb);
     }
 
-    float *sxd;
-    int16_t *sxbs;
-    const int8_t *xs = mv_act<QT>(xq, ex, (size_t)b * x_stride, smem, k, &sxd, &sxbs);
+    if (XQ != MV_XQ_NORM || !ex.x_early) xs = mv_act<QT, XQ>(xq, ex, (size_t)b * x_stride, smem, k, &sxd, &sxbs, smem);
     __syncthreads();
 
     /* the loop bound is warp-uniform (base), so every lane reaches the shuffles */
@@ -1234,6 +1260,41 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
  * shared memory (k_matvec's reduction array): MV_SMEM_STATIC bytes, which
  * mv_run keeps free as well. */
 #define MV_SMEM_STATIC 64
+
+/* The direct kernel's instances of one type and co choice: the input
+ * paths its type takes (XQ: MV_XQ_QUANT for Q8_K / Q8_0 dot types,
+ * MV_XQ_NORM those and F32), each made only where a launch can ask for
+ * it. mvd_pick returns the one cuda_matvec_args asks for. */
+template <int QT> struct mvd_xq {
+    static constexpr bool Q8 = (int)mv_traits<QT>::ACT == MV_ACT_Q8K || (int)mv_traits<QT>::ACT == MV_ACT_Q80;
+    static constexpr bool NORM = Q8 || QT == QTYPE_F32;
+};
+typedef void (*mvd_fn)(const uint8_t *, size_t, const int32_t *, int, int, int, int, const uint8_t *, size_t, float *,
+                       size_t, mv_ext);
+template <int QT, bool CO>
+static mvd_fn mvd_pick(int xquant)
+{
+    if constexpr (mvd_xq<QT>::NORM)
+        if (xquant == CUDA_XQ_NORM) return k_matvec_direct<QT, CO, MV_XQ_NORM>;
+    if constexpr (mvd_xq<QT>::Q8)
+        if (xquant) return k_matvec_direct<QT, CO, MV_XQ_QUANT>;
+    return k_matvec_direct<QT, CO, MV_XQ_NONE>;
+}
+/* The dynamic shared-memory limit of every instance mvd_pick may return. */
+template <int QT, bool CO>
+static int mvd_attr(int lim, err *e)
+{
+    static const int modes[] = {0, CUDA_XQ_F32, CUDA_XQ_NORM};
+    for (int i = 0; i < 3; i++) {
+        const int r = cuda_fail(e, cudaFuncSetAttribute(mvd_pick<QT, CO>(modes[i]),
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        lim - MV_SMEM_STATIC),
+                                "matvec smem attribute");
+        if (r) return r;
+    }
+    return 0;
+}
+
 template <int QT>
 static int mv_attr(int lim, err *e)
 {
@@ -1241,15 +1302,9 @@ static int mv_attr(int lim, err *e)
     int r = cuda_fail(e, cudaFuncSetAttribute(k_matvec<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               lim - MV_SMEM_STATIC),
                       "matvec smem attribute");
-    if (!r)
-        r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              lim - MV_SMEM_STATIC),
-                      "matvec smem attribute");
+    if (!r) r = mvd_attr<QT, false>(lim, e);
     if constexpr (QT == QTYPE_Q4_K)   /* the coalesced instances exist for Q4_K only */
-        if (!r)
-            r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_direct<QT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  lim - MV_SMEM_STATIC),
-                          "matvec smem attribute");
+        if (!r) r = mvd_attr<QT, true>(lim, e);
     if (!r)
         r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
@@ -1295,32 +1350,38 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
         return err_setf(e, ERR_USAGE, "cuda_matvec: a second matrix set needs y2, no add, n_batch <= %d", 65535 / 2);
     if (a->xquant) {
         const uintptr_t al = (uintptr_t)a->xq | (uintptr_t)a->x_stride | (a->xquant == CUDA_XQ_SWIGLU ? (uintptr_t)a->xu : 0);
-        if ((int)T::ACT != MV_ACT_Q8K && (int)T::ACT != MV_ACT_Q80)
-            return err_setf(e, ERR_USAGE, "cuda_matvec: xquant needs a Q8_K or Q8_0 dot type, not %s's",
+        if ((int)T::ACT != MV_ACT_Q8K && (int)T::ACT != MV_ACT_Q80 && !(QT == QTYPE_F32 && a->xquant == CUDA_XQ_NORM))
+            return err_setf(e, ERR_USAGE, "cuda_matvec: xquant needs a Q8_K or Q8_0 dot type (or F32 weights for a norm), not %s's",
                             mv_type_name(a->wtype));
-        if ((a->xquant != CUDA_XQ_F32 && a->xquant != CUDA_XQ_SWIGLU) || (a->xquant == CUDA_XQ_SWIGLU && !a->xu) ||
-            (a->xquant == CUDA_XQ_SWIGLU && QT == CUDA_Q8_0_SPLIT) || (al & 15))
-            return err_setf(e, ERR_USAGE, "cuda_matvec: xquant %d needs f32 rows (and xu for swiglu, not with split "
-                            "q8_0 rows) 16-byte aligned",
+        if ((a->xquant != CUDA_XQ_F32 && a->xquant != CUDA_XQ_SWIGLU && a->xquant != CUDA_XQ_NORM) ||
+            (a->xquant == CUDA_XQ_SWIGLU && !a->xu) || (a->xquant == CUDA_XQ_SWIGLU && QT == CUDA_Q8_0_SPLIT) ||
+            (a->xquant == CUDA_XQ_NORM && (!a->xnw || a->x_stride)) || (al & 15))
+            return err_setf(e, ERR_USAGE, "cuda_matvec: xquant %d needs f32 rows 16-byte aligned (swiglu: and xu, not "
+                            "with split q8_0 rows; norm: xnw and one shared row)",
                             a->xquant);
     }
-    const mv_ext ex = { (const uint8_t *)a->w2, a->y2, a->add, a->ids_early, a->xquant, a->xu };
+    mv_ext ex = { (const uint8_t *)a->w2, a->y2, a->add, a->ids_early, a->xquant, a->xu, a->xnw, a->eps,
+                  a->xquant == CUDA_XQ_NORM && a->x_early, 0 };
     /* the launch's matrices: both sets when there are two */
     const int64_t nbat = a->w2 ? 2 * (int64_t)a->n_batch : a->n_batch;
-    if (c->mv_force != 1) {
+    if (c->mv_force != 1 || a->xquant == CUDA_XQ_NORM) {
         int lg_s, R;
         mvd_geometry(c, nit, T::U, rows, rb, nbat, &lg_s, &R);
         const bool co = mvd_co_ok(QT, nit, lg_s, R);
-        const size_t dsm = co ? ((act + 15) & ~(size_t)15) + mvd_co_bytes(rb, lg_s) : act;   /* + the co buffers */
+        size_t dsm = co ? ((act + 15) & ~(size_t)15) + mvd_co_bytes(rb, lg_s) : act;   /* + the co buffers */
+        if (a->xquant == CUDA_XQ_NORM) {   /* + the normed row and the norm's RMS_THREADS / 32 partial sums */
+            dsm = (dsm + 15) & ~(size_t)15;
+            ex.nrm_off = (int)dsm;
+            dsm += sizeof(float) * (size_t)k + sizeof(double) * (RMS_THREADS / 32);
+        }
         if (dsm + MV_SMEM_STATIC > c->info.smem_per_block_optin)
             return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, dsm);
         const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
+        mvd_fn fn = mvd_pick<QT, false>(a->xquant);
         if constexpr (QT == QTYPE_Q4_K)
-            if (co)
-                return cuda_launch(c, k_matvec_direct<QT, true>, grid, 32 * MVD_WARPS, dsm, e, "matvec", w, a->w_stride,
-                                   a->ids, rows, k, R, lg_s, xq, a->x_stride, a->y, a->y_stride, ex);
-        return cuda_launch(c, k_matvec_direct<QT>, grid, 32 * MVD_WARPS, dsm, e, "matvec", w, a->w_stride, a->ids, rows,
-                           k, R, lg_s, xq, a->x_stride, a->y, a->y_stride, ex);
+            if (co) fn = mvd_pick<QT, true>(a->xquant);
+        return cuda_launch(c, fn, grid, 32 * MVD_WARPS, dsm, e, "matvec", w, a->w_stride, a->ids, rows, k, R, lg_s, xq,
+                           a->x_stride, a->y, a->y_stride, ex);
     }
     /* R: tiles <= 32 KB (or down to 1 row when even 4 rows exceed 64 KB);
      * halved while the grid would not fill the GPU twice (down to 4 rows),
@@ -1401,6 +1462,8 @@ extern "C" int cuda_matvec_xquant_ok(int wtype)
         return 0;
     }
 }
+
+extern "C" int cuda_matvec_xnorm_ok(int wtype) { return wtype == QTYPE_F32 || cuda_matvec_xquant_ok(wtype); }
 
 extern "C" void cuda_matvec_force(cuda_ctx *c, int mode) { c->mv_force = mode == 1 || mode == 2 ? mode : 0; }
 

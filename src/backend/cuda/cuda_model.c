@@ -1125,25 +1125,47 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
         TRY(mv(m, &dn->gate_inp, m->pxn, m->prouter, e));
         TRY(cuda_router_topk(cu, m->prouter, hp->n_expert, m->ra, 1, m->psel, m->pselw, e));
     }
-    const int fused = dl->gate_inp.act_f32 && q8_dot(&dl->gate_exps);
-    if (fused) STAGE(CUDA_STAGE_FFN_NORM, cuda_rmsnorm_quant(cu, dl->gate_exps.type, m->xn, m->xq, m->x, dl->ffn_norm,
-                                                             E, hp->rms_eps, e));
-    else STAGE(CUDA_STAGE_FFN_NORM, cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
-    STAGE(CUDA_STAGE_ROUTER, mv(m, &dl->gate_inp, m->xn, m->router, e));
-    STAGE(CUDA_STAGE_TOPK, cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
-    if (m->arena) TRY(arena_resolve(m, l, e));
     /* gate and up share the input row (x_stride 0); one launch when they
      * are stacks of one type and layout */
-    if (fused) xq = m->xq;
+    const int gate_up_one = dl->up_exps.type == dl->gate_exps.type && dl->up_exps.stride == dl->gate_exps.stride &&
+                            dl->up_exps.rows == dl->gate_exps.rows;
+    /* The ffn norm without a launch of its own (CUDA_XQ_NORM): the router's
+     * CTAs norm x after their wait (Wo wrote it), gate+up's CTAs norm and
+     * quantize it before theirs (Wo is three launches back then), bit for
+     * bit the norm kernel's xn and xq */
+    const int own_norm = gate_up_one && cuda_matvec_xnorm_ok(dl->gate_inp.mvtype) &&
+                         cuda_matvec_xquant_ok(dl->gate_exps.mvtype);
+    const int fused = dl->gate_inp.act_f32 && q8_dot(&dl->gate_exps);
+    if (own_norm) {
+        cuda_matvec_args r = {
+            .wtype = dl->gate_inp.mvtype, .w = dl->gate_inp.d, .rows = dl->gate_inp.rows, .k = E, .n_batch = 1,
+            .xq = m->x, .y = m->router, .xquant = CUDA_XQ_NORM, .xnw = dl->ffn_norm, .eps = hp->rms_eps,
+        };
+        STAGE(CUDA_STAGE_ROUTER, cuda_matvec_batch(cu, &r, e));
+    } else {
+        if (fused) STAGE(CUDA_STAGE_FFN_NORM, cuda_rmsnorm_quant(cu, dl->gate_exps.type, m->xn, m->xq, m->x,
+                                                                 dl->ffn_norm, E, hp->rms_eps, e));
+        else STAGE(CUDA_STAGE_FFN_NORM, cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
+        STAGE(CUDA_STAGE_ROUTER, mv(m, &dl->gate_inp, m->xn, m->router, e));
+    }
+    STAGE(CUDA_STAGE_TOPK, cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
+    if (m->arena) TRY(arena_resolve(m, l, e));
+    if (own_norm) xq = m->x;
+    else if (fused) xq = m->xq;
     else TRY(act_in(m, &dl->gate_exps, m->xn, 1, &xq, e));
-    if (dl->up_exps.type == dl->gate_exps.type && dl->up_exps.stride == dl->gate_exps.stride &&
-        dl->up_exps.rows == dl->gate_exps.rows) {
+    if (gate_up_one) {
         cuda_matvec_args a = {
             .wtype = dl->gate_exps.mvtype, .w = dl->gate_exps.d, .w_stride = dl->gate_exps.stride,
             .ids = m->arena ? m->slot_ids : m->sel,
             .rows = F, .k = E, .n_batch = K, .xq = xq, .y = m->g, .y_stride = (size_t)F,
             .w2 = dl->up_exps.d, .y2 = m->u,
         };
+        if (own_norm) {   /* x: written by Wo, before the router and the top-k */
+            a.xquant = CUDA_XQ_NORM;
+            a.xnw = dl->ffn_norm;
+            a.eps = hp->rms_eps;
+            a.x_early = 1;
+        }
         STAGE(CUDA_STAGE_GATE_UP, cuda_matvec_batch(cu, &a, e));
     } else {
         STAGE(CUDA_STAGE_GATE_UP, mv_experts(m, &dl->gate_exps, xq, 0, m->g, (size_t)F, 0, e));
