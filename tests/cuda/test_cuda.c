@@ -483,6 +483,22 @@ TEST(test_matvec_xquant)
             CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * rows * nb, &e) == 0);
             CHECK_MSG(cuda_matvec_batch(g_cu, &a, &e) == 0, "%s", e.msg);
             CHECK(cuda_download(g_cu, y1, dy, sizeof(float) * rows * nb, &e) == 0);
+            if (wtype != QTYPE_F32) {   /* the plain row unpacked before the wait (x_early) */
+                cuda_matvec_args ae = a;
+                ae.x_early = 1;
+                CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * rows * nb, &e) == 0);
+                CHECK_MSG(cuda_matvec_batch(g_cu, &ae, &e) == 0, "%s", e.msg);
+                CHECK(cuda_download(g_cu, y2, dy, sizeof(float) * rows * nb, &e) == 0);
+                CHECK_MSG(memcmp(y1, y2, sizeof(float) * rows * nb) == 0, "%s k=%lld: x_early unpack differs",
+                          qtype_name(wtype), (long long)k);
+            }
+            /* nq_out: the normed row's quantization for another type (F32: Q4_K's) */
+            const int qt2 = wtype == QTYPE_F32 ? QTYPE_Q4_K : wtype;
+            const size_t ab2 = cuda_act_bytes(qt2, k);
+            uint8_t *dqr = dev_alloc(ab2), *dq2 = dev_alloc(ab2);
+            uint8_t *hq1 = xmalloc(ab2), *hq2 = xmalloc(ab2);
+            CHECK_MSG(cuda_rmsnorm_quant(g_cu, qt2, dxn, dqr, dx, dnw, (int)k, 1e-6f, &e) == 0, "%s", e.msg);
+            CHECK(cuda_download(g_cu, hq1, dqr, ab2, &e) == 0);
             for (int early = 0; early < 2; early++)
                 for (int force = 0; force < 2; force++) {
                     cuda_matvec_force(g_cu, force ? 1 : 0);
@@ -492,16 +508,27 @@ TEST(test_matvec_xquant)
                     an.xnw = dnw;
                     an.eps = 1e-6f;
                     an.x_early = early;
+                    an.nq_out = force ? dq2 : NULL;
+                    an.nq_type = qt2;
+                    CHECK(cuda_memset(g_cu, dq2, 0xA5, ab2, &e) == 0);
                     CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * rows * nb, &e) == 0);
                     CHECK_MSG(cuda_matvec_batch(g_cu, &an, &e) == 0, "%s", e.msg);
                     CHECK(cuda_download(g_cu, y2, dy, sizeof(float) * rows * nb, &e) == 0);
+                    if (force) {
+                        CHECK(cuda_download(g_cu, hq2, dq2, ab2, &e) == 0);
+                        CHECK_MSG(memcmp(hq1, hq2, ab2) == 0, "%s k=%lld: nq_out (%s) differs from cuda_rmsnorm_quant's",
+                                  qtype_name(wtype), (long long)k, qtype_name(qt2));
+                    }
                     int bad = 0;
                     for (int64_t i = 0; i < rows * nb; i++) bad += memcmp(&y1[i], &y2[i], 4) != 0;
                     CHECK_MSG(bad == 0, "%s k=%lld norm (early %d, force %d): %d of %lld outputs differ from norm + matvec",
                               qtype_name(wtype), (long long)k, early, force, bad, (long long)(rows * nb));
                 }
             cuda_matvec_force(g_cu, 0);
-            printf("  xquant norm %-4s k=%lld: after and before the wait: checked\n", qtype_name(wtype), (long long)k);
+            printf("  xquant norm %-4s k=%lld: after and before the wait, its %s quantization: checked\n",
+                   qtype_name(wtype), (long long)k, qtype_name(qt2));
+            cuda_free(g_cu, dqr); cuda_free(g_cu, dq2);
+            free(hq1); free(hq2);
             cuda_free(g_cu, dx); cuda_free(g_cu, dnw); cuda_free(g_cu, dxn); cuda_free(g_cu, dw); cuda_free(g_cu, dq);
             cuda_free(g_cu, dids); cuda_free(g_cu, dy);
             free(w); free(wf); free(x); free(nw); free(y1); free(y2);
@@ -535,6 +562,14 @@ TEST(test_matvec_xquant)
     CHECK(cuda_matvec_xquant_ok(QTYPE_Q4_K) && cuda_matvec_xquant_ok(CUDA_Q8_0_SPLIT) &&
           !cuda_matvec_xquant_ok(QTYPE_Q4_1) && !cuda_matvec_xquant_ok(QTYPE_F16) && !cuda_matvec_xquant_ok(QTYPE_F32));
     CHECK(cuda_matvec_xnorm_ok(QTYPE_F32) && cuda_matvec_xnorm_ok(QTYPE_Q6_K) && !cuda_matvec_xnorm_ok(QTYPE_BF16));
+    a.wtype = QTYPE_Q4_K;
+    a.xquant = 0;
+    a.nq_out = dw;   /* nq_out without a norm */
+    a.nq_type = QTYPE_Q4_K;
+    CHECK(cuda_matvec_batch(g_cu, &a, &e) == ERR_USAGE);
+    a.xquant = CUDA_XQ_NORM;
+    a.nq_type = QTYPE_Q4_1;   /* a Q8_1 dot type */
+    CHECK(cuda_matvec_batch(g_cu, &a, &e) == ERR_USAGE);
     cuda_free(g_cu, dx); cuda_free(g_cu, dy); cuda_free(g_cu, dw);
 }
 

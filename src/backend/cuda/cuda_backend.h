@@ -295,10 +295,18 @@ typedef struct cuda_matvec_args {
     const float   *xu;
     const float   *xnw;       /* CUDA_XQ_NORM: the norm's k weights */
     float          eps;       /* CUDA_XQ_NORM: its epsilon */
-    int            x_early;   /* CUDA_XQ_NORM: x was written two or more launches
-                                 before this one (or before a copy): the CTA
-                                 norms and quantizes it before its dependency
-                                 wait, off the chain's critical path */
+    int            x_early;   /* xq's row (any xquant but SWIGLU and F32) was
+                                 written two or more launches before this one
+                                 (or before a copy): the CTA unpacks (or norms
+                                 and quantizes) it before its dependency wait,
+                                 off the chain's critical path */
+    void          *nq_out;    /* CUDA_XQ_NORM, or NULL: the normed row also
+                                 quantized for weight type nq_type (a Q8_K or
+                                 Q8_0 dot type: cuda_matvec_xquant_ok) to
+                                 nq_out, bit for bit cuda_rmsnorm_quant's xq,
+                                 by the launch's warps a block each (the F32
+                                 router's CTAs hand gate+up its input so) */
+    int            nq_type;
 } cuda_matvec_args;
 #define CUDA_XQ_F32    1
 #define CUDA_XQ_SWIGLU 2

@@ -666,8 +666,10 @@ struct mv_ext {
     const float   *xu;
     const float   *xnw;      /* CUDA_XQ_NORM: the norm's weights, epsilon, */
     float          eps;
-    int            x_early;  /* norm before the dependency wait, */
+    int            x_early;  /* unpack / norm before the dependency wait, */
     int            nrm_off;  /* and the normed row's shared-memory offset (then RMS_THREADS / 32 doubles) */
+    uint8_t       *nq_out;   /* the normed row quantized there too: */
+    int            nq_dt;    /* 2 Q8_K, 0 Q8_0 (rmsnorm_quant_row's DT) */
 };
 
 /* ==== The activation quantized inside the matvec (xquant) ====
@@ -794,6 +796,15 @@ __device__ __forceinline__ const int8_t *mv_act(const uint8_t *xq, const mv_ext 
             float *ny = (float *)(base + ex.nrm_off);
             rms_row(ny, (const float *)(xq + off), ex.xnw, k, ex.eps, (double *)(ny + k));
             __syncthreads();
+            if (ex.nq_out) {   /* block g by warp g of the grid's (rmsnorm_quant_row's arithmetic) */
+                const int nw = blockDim.x >> 5, gw = (int)blockIdx.x * nw + (threadIdx.x >> 5);
+                const int step = (int)gridDim.x * nw;
+                if (ex.nq_dt == 2) {
+                    for (int g = gw; g < k / CQK_K; g += step) quant_q8_K_warp<0>(ny, NULL, ex.nq_out, g);
+                } else {
+                    for (int g = gw; g < k / CQK8_0; g += step) quant_q8_0_warp<0, 0>(ny, NULL, ex.nq_out, g);
+                }
+            }
             if (QT == QTYPE_F32) return (const int8_t *)ny;
             sy = ny;
         }
@@ -1121,7 +1132,8 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     float *sxd;
     int16_t *sxbs;
     const int8_t *xs = NULL;
-    if (XQ == MV_XQ_NORM && ex.x_early) xs = mv_act<QT, XQ>(xq, ex, (size_t)b * x_stride, smem, k, &sxd, &sxbs, smem);
+    if (XQ != MV_XQ_NONE && ex.x_early) xs = mv_act<QT, XQ>(xq, ex, (size_t)b * x_stride, smem, k, &sxd, &sxbs, smem);
+    else if (XQ == MV_XQ_NORM) cta_prefetch_l2(ex.xnw, sizeof(float) * (size_t)k, threadIdx.x, blockDim.x);   /* at load */
     pdl_enter();
     if (!early) {
         mat = ids[b];
@@ -1133,7 +1145,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
         if (pf) mvd_prefetch_l2(g, (size_t)nr * rb);
     }
 
-    if (XQ != MV_XQ_NORM || !ex.x_early) xs = mv_act<QT, XQ>(xq, ex, (size_t)b * x_stride, smem, k, &sxd, &sxbs, smem);
+    if (XQ == MV_XQ_NONE || !ex.x_early) xs = mv_act<QT, XQ>(xq, ex, (size_t)b * x_stride, smem, k, &sxd, &sxbs, smem);
     __syncthreads();
 
     /* the loop bound is warp-uniform (base), so every lane reaches the shuffles */
@@ -1272,12 +1284,12 @@ template <int QT> struct mvd_xq {
 typedef void (*mvd_fn)(const uint8_t *, size_t, const int32_t *, int, int, int, int, const uint8_t *, size_t, float *,
                        size_t, mv_ext);
 template <int QT, bool CO>
-static mvd_fn mvd_pick(int xquant)
+static mvd_fn mvd_pick(int xquant, int x_early)
 {
     if constexpr (mvd_xq<QT>::NORM)
         if (xquant == CUDA_XQ_NORM) return k_matvec_direct<QT, CO, MV_XQ_NORM>;
     if constexpr (mvd_xq<QT>::Q8)
-        if (xquant) return k_matvec_direct<QT, CO, MV_XQ_QUANT>;
+        if (xquant || x_early) return k_matvec_direct<QT, CO, MV_XQ_QUANT>;
     return k_matvec_direct<QT, CO, MV_XQ_NONE>;
 }
 /* The dynamic shared-memory limit of every instance mvd_pick may return. */
@@ -1286,7 +1298,7 @@ static int mvd_attr(int lim, err *e)
 {
     static const int modes[] = {0, CUDA_XQ_F32, CUDA_XQ_NORM};
     for (int i = 0; i < 3; i++) {
-        const int r = cuda_fail(e, cudaFuncSetAttribute(mvd_pick<QT, CO>(modes[i]),
+        const int r = cuda_fail(e, cudaFuncSetAttribute(mvd_pick<QT, CO>(modes[i], 0),
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                         lim - MV_SMEM_STATIC),
                                 "matvec smem attribute");
@@ -1360,8 +1372,18 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
                             "with split q8_0 rows; norm: xnw and one shared row)",
                             a->xquant);
     }
-    mv_ext ex = { (const uint8_t *)a->w2, a->y2, a->add, a->ids_early, a->xquant, a->xu, a->xnw, a->eps,
-                  a->xquant == CUDA_XQ_NORM && a->x_early, 0 };
+    /* x_early: a norm, or a plain row of a Q8 dot type (the instances that have the early path) */
+    const int xe = a->x_early && (a->xquant == CUDA_XQ_NORM || (!a->xquant && mvd_xq<QT>::Q8));
+    int nq_dt = 0;
+    if (a->nq_out) {
+        const int dt = qtype_get(a->nq_type) ? qtype_get(a->nq_type)->dot_type : -1;
+        if (a->xquant != CUDA_XQ_NORM || !cuda_matvec_xquant_ok(a->nq_type) || (dt != QTYPE_Q8_K && dt != QTYPE_Q8_0) ||
+            ((uintptr_t)a->nq_out & 3))
+            return err_setf(e, ERR_USAGE, "cuda_matvec: nq_out needs a norm and a Q8_K or Q8_0 dot type (4-byte aligned)");
+        nq_dt = dt == QTYPE_Q8_K ? 2 : 0;
+    }
+    mv_ext ex = { (const uint8_t *)a->w2, a->y2, a->add, a->ids_early, a->xquant, a->xu, a->xnw, a->eps, xe, 0,
+                  (uint8_t *)a->nq_out, nq_dt };
     /* the launch's matrices: both sets when there are two */
     const int64_t nbat = a->w2 ? 2 * (int64_t)a->n_batch : a->n_batch;
     if (c->mv_force != 1 || a->xquant == CUDA_XQ_NORM) {
@@ -1377,9 +1399,9 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
         if (dsm + MV_SMEM_STATIC > c->info.smem_per_block_optin)
             return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, dsm);
         const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
-        mvd_fn fn = mvd_pick<QT, false>(a->xquant);
+        mvd_fn fn = mvd_pick<QT, false>(a->xquant, ex.x_early);
         if constexpr (QT == QTYPE_Q4_K)
-            if (co) fn = mvd_pick<QT, true>(a->xquant);
+            if (co) fn = mvd_pick<QT, true>(a->xquant, ex.x_early);
         return cuda_launch(c, fn, grid, 32 * MVD_WARPS, dsm, e, "matvec", w, a->w_stride, a->ids, rows, k, R, lg_s, xq,
                            a->x_stride, a->y, a->y_stride, ex);
     }

@@ -1130,8 +1130,9 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
     const int gate_up_one = dl->up_exps.type == dl->gate_exps.type && dl->up_exps.stride == dl->gate_exps.stride &&
                             dl->up_exps.rows == dl->gate_exps.rows;
     /* The ffn norm without a launch of its own (CUDA_XQ_NORM): the router's
-     * CTAs norm x after their wait (Wo wrote it), gate+up's CTAs norm and
-     * quantize it before theirs (Wo is three launches back then), bit for
+     * CTAs norm x after their wait (Wo wrote it) and their warps write its
+     * quantization for gate+up to m->xq (nq_out), which gate+up's CTAs
+     * unpack before their wait (two launches back then: x_early); bit for
      * bit the norm kernel's xn and xq */
     const int own_norm = gate_up_one && cuda_matvec_xnorm_ok(dl->gate_inp.mvtype) &&
                          cuda_matvec_xquant_ok(dl->gate_exps.mvtype);
@@ -1140,6 +1141,7 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
         cuda_matvec_args r = {
             .wtype = dl->gate_inp.mvtype, .w = dl->gate_inp.d, .rows = dl->gate_inp.rows, .k = E, .n_batch = 1,
             .xq = m->x, .y = m->router, .xquant = CUDA_XQ_NORM, .xnw = dl->ffn_norm, .eps = hp->rms_eps,
+            .nq_out = m->xq, .nq_type = dl->gate_exps.type,
         };
         STAGE(CUDA_STAGE_ROUTER, cuda_matvec_batch(cu, &r, e));
     } else {
@@ -1150,8 +1152,7 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
     }
     STAGE(CUDA_STAGE_TOPK, cuda_router_topk(cu, m->router, hp->n_expert, K, 1, m->sel, m->selw, e));
     if (m->arena) TRY(arena_resolve(m, l, e));
-    if (own_norm) xq = m->x;
-    else if (fused) xq = m->xq;
+    if (own_norm || fused) xq = m->xq;
     else TRY(act_in(m, &dl->gate_exps, m->xn, 1, &xq, e));
     if (gate_up_one) {
         cuda_matvec_args a = {
@@ -1160,12 +1161,7 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
             .rows = F, .k = E, .n_batch = K, .xq = xq, .y = m->g, .y_stride = (size_t)F,
             .w2 = dl->up_exps.d, .y2 = m->u,
         };
-        if (own_norm) {   /* x: written by Wo, before the router and the top-k */
-            a.xquant = CUDA_XQ_NORM;
-            a.xnw = dl->ffn_norm;
-            a.eps = hp->rms_eps;
-            a.x_early = 1;
-        }
+        a.x_early = own_norm;   /* xq: written by the router, before the top-k */
         STAGE(CUDA_STAGE_GATE_UP, cuda_matvec_batch(cu, &a, e));
     } else {
         STAGE(CUDA_STAGE_GATE_UP, mv_experts(m, &dl->gate_exps, xq, 0, m->g, (size_t)F, 0, e));
