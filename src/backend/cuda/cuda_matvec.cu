@@ -631,6 +631,7 @@ __host__ __device__ __forceinline__ size_t mv_act_bytes(int act, int k, int be)
  * quants, then float scales, then int16 bsums, as cuda_qdot.cuh describes)
  * and returns what the items read as xq: the unpacked quants, or gx itself
  * for RAW rows. */
+#define MV_UB 4
 template <int QT>
 __device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s, int k, float **sxd, int16_t **sxbs)
 {
@@ -639,12 +640,33 @@ __device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s
     int8_t *sxq = (int8_t *)s;
     *sxd = (float *)(s + k);
     *sxbs = (int16_t *)(s + k + 4 * nb);
+    /* MV_UB loads of a thread issued before their stores: the row was just
+     * written by the previous kernel, each load is an L2 round trip, and a
+     * loop of load-then-store turns had them one after another (8.5 turns
+     * for a K = 4096 Q8_0 row). A thread past the row's end loads its last
+     * word again and stores nothing. */
+    const int n = T::ACT == MV_ACT_Q8K ? nb * 73 : T::ACT == MV_ACT_Q80 ? nb * 17 : nb * 18;
     if (T::ACT == MV_ACT_Q8K) {
-        for (int w = threadIdx.x; w < nb * 73; w += blockDim.x) qd_unpack_q8_K(gx, w, sxq, *sxd, *sxbs);
-    } else if (T::ACT == MV_ACT_Q80) {
-        for (int w = threadIdx.x; w < nb * 17; w += blockDim.x) qd_unpack_q8_0(gx, w, sxq, *sxd);
-    } else if (T::ACT == MV_ACT_Q81) {
-        for (int w = threadIdx.x; w < nb * 18; w += blockDim.x) qd_unpack_q8_1(gx, w, sxq, *sxd, *sxbs);
+        for (int w0 = threadIdx.x; w0 < n; w0 += MV_UB * blockDim.x) {
+            uint32_t v[MV_UB];
+#pragma unroll
+            for (int u = 0; u < MV_UB; u++) v[u] = qd_ld32(gx + 4 * (size_t)min(w0 + u * (int)blockDim.x, n - 1));
+#pragma unroll
+            for (int u = 0; u < MV_UB; u++)
+                if (w0 + u * (int)blockDim.x < n) qd_put_q8_K(v[u], w0 + u * blockDim.x, sxq, *sxd, *sxbs);
+        }
+    } else if (T::ACT == MV_ACT_Q80 || T::ACT == MV_ACT_Q81) {
+        for (int w0 = threadIdx.x; w0 < n; w0 += MV_UB * blockDim.x) {
+            uint16_t v[MV_UB];
+#pragma unroll
+            for (int u = 0; u < MV_UB; u++) v[u] = qd_ld16(gx + 2 * (size_t)min(w0 + u * (int)blockDim.x, n - 1));
+#pragma unroll
+            for (int u = 0; u < MV_UB; u++)
+                if (w0 + u * (int)blockDim.x < n) {
+                    if (T::ACT == MV_ACT_Q80) qd_put_q8_0(v[u], w0 + u * blockDim.x, sxq, *sxd);
+                    else qd_put_q8_1(v[u], w0 + u * blockDim.x, sxq, *sxd, *sxbs);
+                }
+        }
     } else {
         return (const int8_t *)gx;
     }
@@ -746,12 +768,14 @@ __device__ __forceinline__ void quant_q8_0_sm(const float *x, const float *u, in
         float4 xv[4], uv[4];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
+            if (b0 + r * ng >= nb) break;   /* a round no group has a block of (uniform) */
             const int b = min(b0 + grp + r * ng, nb - 1);
             xv[r] = *(const float4 *)(x + (size_t)b * 32 + 4 * l8);
             if (SWI) uv[r] = *(const float4 *)(u + (size_t)b * 32 + 4 * l8);
         }
 #pragma unroll
         for (int r = 0; r < 4; r++) {
+            if (b0 + r * ng >= nb) break;
             float v[4] = { xv[r].x, xv[r].y, xv[r].z, xv[r].w };
             if (SWI) {
                 v[0] = swiglu1(v[0], uv[r].x);

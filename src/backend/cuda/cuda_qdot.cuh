@@ -559,32 +559,44 @@ QD_HD void qd_st16(uint8_t *p, uint16_t v)   /* 2-aligned */
 /* Unpack word/halfword w of a quantized activation row (ggml blocks at gx)
  * into the shared-memory arrays. Q8_K: 73 32-bit words a block (d, 64 of
  * qs, 8 of bsums); Q8_0: 17 16-bit halfwords a block (d, 16 of qs). */
-QD_HD void qd_unpack_q8_K(const uint8_t *gx, int w, int8_t *xq, float *xd, int16_t *xbs)
+/* qd_unpack_q8_K's store of word w (value v, loaded from gx + 4 w): the
+ * unpack split in two so a loop can issue several loads before any store */
+QD_HD void qd_put_q8_K(uint32_t v, int w, int8_t *xq, float *xd, int16_t *xbs)
 {
     const int blk = w / 73, o = w - blk * 73;
-    const uint32_t v = qd_ld32(gx + 4 * (size_t)w);
     if (o == 0) qd_st32((uint8_t *)xd + 4 * (size_t)blk, v);
     else if (o <= 64) qd_st32((uint8_t *)xq + (size_t)blk * 256 + 4 * (o - 1), v);
     else qd_st32((uint8_t *)xbs + (size_t)blk * 32 + 4 * (o - 65), v);
 }
+QD_HD void qd_unpack_q8_K(const uint8_t *gx, int w, int8_t *xq, float *xd, int16_t *xbs)
+{
+    qd_put_q8_K(qd_ld32(gx + 4 * (size_t)w), w, xq, xd, xbs);
+}
 
-QD_HD void qd_unpack_q8_0(const uint8_t *gx, int w, int8_t *xq, float *xd)
+/* qd_unpack_q8_0's store of halfword w (value v, from gx + 2 w) */
+QD_HD void qd_put_q8_0(uint16_t v, int w, int8_t *xq, float *xd)
 {
     const int blk = w / 17, o = w - blk * 17;
-    const uint16_t v = qd_ld16(gx + 2 * (size_t)w);
     if (o == 0) xd[blk] = qd_h2f(v);
     else qd_st16((uint8_t *)xq + (size_t)blk * 32 + 2 * (o - 1), v);
+}
+QD_HD void qd_unpack_q8_0(const uint8_t *gx, int w, int8_t *xq, float *xd)
+{
+    qd_put_q8_0(qd_ld16(gx + 2 * (size_t)w), w, xq, xd);
 }
 
 /* Q8_1: 18 halfwords a block (d, s, 16 of qs); s widened to float into the
  * xbs slot (k / 16 int16 = one float a 32-quant block), read as floats. */
-QD_HD void qd_unpack_q8_1(const uint8_t *gx, int w, int8_t *xq, float *xd, int16_t *xbs)
+QD_HD void qd_put_q8_1(uint16_t v, int w, int8_t *xq, float *xd, int16_t *xbs)
 {
     const int blk = w / 18, o = w - blk * 18;
-    const uint16_t v = qd_ld16(gx + 2 * (size_t)w);
     if (o == 0) xd[blk] = qd_h2f(v);
     else if (o == 1) ((float *)xbs)[blk] = qd_h2f(v);
     else qd_st16((uint8_t *)xq + (size_t)blk * 32 + 2 * (o - 2), v);
+}
+QD_HD void qd_unpack_q8_1(const uint8_t *gx, int w, int8_t *xq, float *xd, int16_t *xbs)
+{
+    qd_put_q8_1(qd_ld16(gx + 2 * (size_t)w), w, xq, xd, xbs);
 }
 
 /* ==== The coalesced copy's layout (cuda_matvec.cu, mvd_co) ====
