@@ -375,6 +375,25 @@ TEST(test_matvec_batch)
     }
 }
 
+/* nmat random matrices of rows x k quantized to wtype (weights of +-0.05),
+ * back to back at *ms bytes (the row bytes rounded up to 16) */
+static uint8_t *quant_stack(int wtype, int64_t rows, int64_t k, int nmat, size_t *ms)
+{
+    const qtype_info *qi = qtype_get(wtype);
+    const size_t rb = (size_t)(k / qi->blck) * qi->type_size;
+    *ms = (rb * rows + 15) & ~(size_t)15;
+    uint8_t *w = xmalloc(*ms * nmat);
+    float *wf = xmalloc(sizeof(float) * k);
+    err e = {0};
+    for (int mi = 0; mi < nmat; mi++)
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t i = 0; i < k; i++) wf[i] = frand() * 0.05f;
+            CHECK_MSG(quant_quantize(wtype, wf, w + mi * *ms + r * rb, k, &e) == 0, "%s", e.msg);
+        }
+    free(wf);
+    return w;
+}
+
 /* xquant: the matvec quantizing its f32 rows itself (CUDA_XQ_F32) or
  * swiglu(g, u) (CUDA_XQ_SWIGLU) gives bit for bit what cuda_act_quant (or
  * cuda_act_quant_swiglu) then the plain matvec give (and norming one,
@@ -392,16 +411,9 @@ TEST(test_matvec_xquant)
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (size_t ki = 0; ki < 2; ki++) {
             const int wtype = types[t];
-            const qtype_info *qi = qtype_get(wtype);
             const int64_t rows = 40, k = ks[ki];
-            const size_t rb = (size_t)(k / qi->blck) * qi->type_size, ms = (rb * rows + 15) & ~(size_t)15;
-            uint8_t *w = xmalloc(ms * nmat);
-            float *wf = xmalloc(sizeof(float) * k);
-            for (int mi = 0; mi < nmat; mi++)
-                for (int64_t r = 0; r < rows; r++) {
-                    for (int64_t i = 0; i < k; i++) wf[i] = frand() * 0.05f;
-                    quant_quantize(wtype, wf, w + mi * ms + r * rb, k, &e);
-                }
+            size_t ms;
+            uint8_t *w = quant_stack(wtype, rows, k, nmat, &ms);
             float *g = xmalloc(sizeof(float) * k * nb), *u = xmalloc(sizeof(float) * k * nb);
             for (int64_t i = 0; i < k * nb; i++) { g[i] = frand() * 6.0f; u[i] = frand() * 2.0f; }
             for (int i = 0; i < 256; i++) { g[k + i] = 0.f; u[k + i] = 0.f; }   /* row 1: an all-zero block */
@@ -445,7 +457,7 @@ TEST(test_matvec_xquant)
                    (long long)k);
             cuda_free(g_cu, dg); cuda_free(g_cu, du); cuda_free(g_cu, dw); cuda_free(g_cu, dq);
             cuda_free(g_cu, dids); cuda_free(g_cu, dy);
-            free(w); free(wf); free(g); free(u); free(y1); free(y2);
+            free(w); free(g); free(u); free(y1); free(y2);
         }
     /* CUDA_XQ_NORM: the matvec norming (and quantizing) one shared row
      * itself, after or before its wait, is bit for bit cuda_rmsnorm_quant
@@ -456,16 +468,10 @@ TEST(test_matvec_xquant)
     for (size_t t = 0; t < sizeof ntypes / sizeof ntypes[0]; t++)
         for (size_t ki = 0; ki < 2; ki++) {
             const int wtype = ntypes[t];
-            const qtype_info *qi = qtype_get(wtype);
             const int64_t rows = 40, k = nks[ki];
-            const size_t rb = (size_t)(k / qi->blck) * qi->type_size, ms = (rb * rows + 15) & ~(size_t)15;
-            uint8_t *w = xmalloc(ms * nmat);
-            float *wf = xmalloc(sizeof(float) * k), *x = xmalloc(sizeof(float) * k), *nw = xmalloc(sizeof(float) * k);
-            for (int mi = 0; mi < nmat; mi++)
-                for (int64_t r = 0; r < rows; r++) {
-                    for (int64_t i = 0; i < k; i++) wf[i] = frand() * 0.05f;
-                    quant_quantize(wtype, wf, w + mi * ms + r * rb, k, &e);
-                }
+            size_t ms;
+            uint8_t *w = quant_stack(wtype, rows, k, nmat, &ms);
+            float *x = xmalloc(sizeof(float) * k), *nw = xmalloc(sizeof(float) * k);
             for (int64_t i = 0; i < k; i++) { x[i] = frand() * 3.0f; nw[i] = 0.5f + frand(); }
             const size_t ab = wtype == QTYPE_F32 ? sizeof(float) * k : cuda_act_bytes(wtype, k);
             float *dx = dev_from(x, sizeof(float) * k), *dnw = dev_from(nw, sizeof(float) * k);
@@ -531,7 +537,7 @@ TEST(test_matvec_xquant)
             free(hq1); free(hq2);
             cuda_free(g_cu, dx); cuda_free(g_cu, dnw); cuda_free(g_cu, dxn); cuda_free(g_cu, dw); cuda_free(g_cu, dq);
             cuda_free(g_cu, dids); cuda_free(g_cu, dy);
-            free(w); free(wf); free(x); free(nw); free(y1); free(y2);
+            free(w); free(x); free(nw); free(y1); free(y2);
         }
 
     /* refusals: a float dot type, swiglu without u, a misaligned row */
