@@ -295,7 +295,8 @@ typedef struct cuda_matvec_args {
     const float   *xu;
     const float   *xnw;       /* CUDA_XQ_NORM: the norm's k weights */
     float          eps;       /* CUDA_XQ_NORM: its epsilon */
-    int            x_early;   /* xq's row (any xquant but SWIGLU and F32) was
+    int            x_early;   /* xq's row (a CUDA_XQ_NORM row, or a plain one of
+                                 a Q8_K / Q8_0 dot type; ignored otherwise) was
                                  written two or more launches before this one
                                  (or before a copy): the CTA unpacks (or norms
                                  and quantizes) it before its dependency wait,
