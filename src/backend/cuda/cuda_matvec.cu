@@ -23,7 +23,11 @@
  * Float weights (F32/F16/BF16) use the same two kernels with 16-byte items
  * and read their (float-sized) activation row straight from global memory
  * instead of unpacking it; short grids (the F32 router, 128 rows) get
- * tiles of 1 or 2 rows whose items the CTA's warps split. */
+ * tiles of 1 or 2 rows whose items the CTA's warps split.
+ * Instead of unpacking a quantized row, the direct kernel's CTAs may make
+ * it themselves from f32 (cuda_matvec_args.xquant: mv_act): quantize the
+ * row or swiglu(g, u), or norm it first, so the decode chain needs no
+ * quantizer or norm launch before Wo, the down projection and the router. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
