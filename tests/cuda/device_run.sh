@@ -6,7 +6,10 @@
 #   device run: sh tests/cuda/device_run.sh   (carry: build/prebuilt/bin)
 # Runs the three CUDA suites, then the steps named in $STEPS (default
 # "bench memcheck"): bench, the decode bench (bench/cuda/decode.sh);
-# memcheck, a compute-sanitizer memcheck of test_cuda. Logs to $OUT (or
+# memcheck, a compute-sanitizer memcheck of test_cuda; mvbench, test_cuda
+# --bench (each matvec shape's GB/s against the read probe, weights hot in
+# L2 where they fit: against the chain trace's share, what is not bytes).
+# Logs to $OUT (or
 # ./device-out). bench/cuda/device_ab.sh runs it after its A/B pairs.
 # Usage: sh tests/cuda/device_run.sh [BIN]   (BIN default build/prebuilt/bin)
 OUT=${OUT:-device-out}
@@ -25,6 +28,10 @@ done
 case $STEPS in *" bench "*)
     T=$BIN/test_cuda_model sh bench/cuda/decode.sh >"$OUT/decode.log" 2>&1 || rc=1
     grep "^bench:" "$OUT/decode.log" | grep -v "arena\|copy from" ;;
+esac
+case $STEPS in *" mvbench "*)
+    "$BIN/test_cuda" --bench >"$OUT/mvbench.log" 2>&1 || rc=1
+    grep -iE "GB/s|probe" "$OUT/mvbench.log" | head -n 30 ;;
 esac
 case $STEPS in *" memcheck "*)
     if command -v compute-sanitizer >/dev/null; then
