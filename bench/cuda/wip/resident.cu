@@ -1,0 +1,277 @@
+// resident.cu: is a chain of dependent matvec phases faster as resident
+// CTAs that copy their next phase's rows into shared memory while they wait
+// for the previous phase, than as a chain of PDL-launched kernels? (issue 9,
+// session 19's question: each big matvec of the decode chain has ~3 us of
+// critical path that is not bytes.) Stand-alone: no strata code.
+//
+// P phases, phase p: y_p = diag(sc_p) W_p x_p, W_p R x K int8 (K = 2048, R
+// = 4096: 8 MB a phase, P = 24: 192 MB, beyond the 50 MB L2), x_0 given,
+// x_{p+1}[i] = y_p[i] / (1 + |y_p[i]|) for i < K. Every version computes a
+// row with the same warp function (row_dot), so their last y agree bit for
+// bit (checked).
+//   pdl       a kernel a phase, launched as programmatic dependents (a CUDA
+//             graph of P launches): each CTA copies its 8 rows (cp.async)
+//             before griddepcontrol.wait, then reads x, computes, stores;
+//   resident  one kernel of G CTAs, all co-resident: each CTA owns the same
+//             8 rows of every phase; it copies phase p + 1's rows into its
+//             other buffer, then waits for phase p - 1's completion count
+//             (one counter a phase, a CTA adds 1 after its rows are stored),
+//             reads x, computes phase p;
+//   resident0 the same without the copy ahead (phase p's rows copied after
+//             the wait): what the overlap gives;
+//   read      a kernel that only reads the P phases' bytes (the floor).
+// Build: nvcc -O3 -arch=sm_90 -cudart static -o resident resident.cu
+// Run:   ./resident [P]   (prints us a phase, TB/s of weights, and agreement)
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#include <cuda_runtime.h>
+
+#define K 2048
+#define R 4096
+#define RPC 8          // rows a CTA
+#define THREADS 256
+#define G (R / RPC)    // CTAs a phase (512)
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+__device__ __forceinline__ void cp16(void *s, const void *g)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ unsigned long long now()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// the CTA's RPC rows of one phase (RPC * K bytes, contiguous) into ws
+__device__ __forceinline__ void copy_rows(int8_t *ws, const int8_t *g)
+{
+    for (int c = threadIdx.x; c < RPC * K / 16; c += THREADS) cp16(ws + 16 * c, g + 16 * (size_t)c);
+    cp_commit();
+}
+// x of phase p into xs: x0, or the squashed first K outputs of phase p - 1
+__device__ __forceinline__ void load_x(float *xs, const float *x0, const float *yprev)
+{
+    for (int i = threadIdx.x; i < K; i += THREADS) {
+        if (!yprev) { xs[i] = x0[i]; continue; }
+        const float v = __ldcg(yprev + i);
+        xs[i] = __fdiv_rn(v, 1.f + fabsf(v));
+    }
+}
+// one row by one warp: lane l takes 16-byte chunks l, l + 32, ... (4 of
+// them), fixed order, then an xor butterfly
+__device__ __forceinline__ float row_dot(const int8_t *w, const float *xs)
+{
+    const int lane = threadIdx.x & 31;
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < K / 16 / 32; j++) {
+        const int c = lane + 32 * j;
+        const int4 q = *(const int4 *)(w + 16 * c);
+        const int8_t *b = (const int8_t *)&q;
+#pragma unroll
+        for (int e = 0; e < 16; e++) acc = __fmaf_rn((float)b[e], xs[16 * c + e], acc);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+    return acc;
+}
+__device__ __forceinline__ void compute(const int8_t *ws, const float *xs, const float *sc, float *y, int r0)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int i = warp; i < RPC; i += THREADS / 32) {
+        const float a = row_dot(ws + (size_t)i * K, xs);
+        if (lane == 0) y[r0 + i] = __fmul_rn(a, sc[r0 + i]);
+    }
+}
+
+// ---- pdl: a kernel a phase ----
+__global__ void __launch_bounds__(THREADS) k_phase(const int8_t *W, const float *sc, const float *x0, const float *yprev,
+                                                   float *y)
+{
+    extern __shared__ __align__(16) uint8_t sm[];
+    int8_t *ws = (int8_t *)sm;
+    float *xs = (float *)(sm + RPC * K);
+    const int r0 = blockIdx.x * RPC;
+    copy_rows(ws, W + (size_t)r0 * K);   // the weights: known before the wait
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    load_x(xs, x0, yprev);
+    cp_wait<0>();
+    __syncthreads();
+    compute(ws, xs, sc, y, r0);
+}
+
+// ---- resident: one kernel, G CTAs, counters cnt[P] zeroed before ----
+__device__ int g_timeout;
+template <bool AHEAD>
+__global__ void __launch_bounds__(THREADS) k_resident(const int8_t *W, const float *SC, const float *x0, float *Y, int P,
+                                                      unsigned *cnt)
+{
+    extern __shared__ __align__(16) uint8_t sm[];
+    int8_t *const wb0 = (int8_t *)sm;   // buffer i at wb0 + i * RPC * K
+    float *xs = (float *)(sm + 2 * RPC * K);
+    const int r0 = blockIdx.x * RPC;
+    const size_t wphase = (size_t)R * K;
+    if (AHEAD) copy_rows(wb0, W + (size_t)r0 * K);
+    for (int p = 0; p < P; p++) {
+        if (AHEAD && p + 1 < P) copy_rows(wb0 + ((p + 1) & 1) * RPC * K, W + (p + 1) * wphase + (size_t)r0 * K);
+        if (p > 0) {   // phase p - 1 complete: every CTA has added its 1
+            if (threadIdx.x == 0) {
+                const unsigned long long t0 = now();
+                unsigned v;
+                for (;;) {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(cnt + p - 1) : "memory");
+                    if (v >= (unsigned)gridDim.x) break;
+                    if (now() - t0 > 2000000000ull) { g_timeout = 1; break; }   // 2 s: not co-resident
+                }
+            }
+            __syncthreads();
+        }
+        if (!AHEAD) copy_rows(wb0 + (p & 1) * RPC * K, W + p * wphase + (size_t)r0 * K);
+        load_x(xs, x0, p ? Y + (size_t)(p - 1) * R : nullptr);
+        if (AHEAD && p + 1 < P) cp_wait<1>();
+        else cp_wait<0>();
+        __syncthreads();
+        compute(wb0 + (p & 1) * RPC * K, xs, SC + (size_t)p * R, Y + (size_t)p * R, r0);
+        __syncthreads();   // rows stored; this buffer free for phase p + 2
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(cnt + p, 1u);
+        }
+    }
+}
+
+// ---- read: the bytes alone ----
+__device__ unsigned g_sink;
+__global__ void __launch_bounds__(THREADS) k_read(const uint4 *p, size_t n16)
+{
+    const size_t per = (size_t)THREADS * 8, base = (size_t)blockIdx.x * per;
+    uint4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+        const size_t i = base + threadIdx.x + THREADS * u;
+        v[u] = i < n16 ? p[i] : make_uint4(0, 0, 0, 0);
+    }
+    unsigned x = 0;
+#pragma unroll
+    for (int u = 0; u < 8; u++) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    if (x == 0x12345678u) g_sink = x;
+}
+
+int main(int argc, char **argv)
+{
+    const int P = argc > 1 ? atoi(argv[1]) : 24;
+    if (P < 2 || P > 64) { printf("P in 2..64\n"); return 1; }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    const size_t wbytes = (size_t)P * R * K;
+    std::vector<int8_t> hw(wbytes);
+    std::vector<float> hsc((size_t)P * R), hx(K);
+    uint32_t s = 12345u;
+    auto rnd = [&]() { s = s * 1664525u + 1013904223u; return s >> 8; };
+    for (auto &v : hw) v = (int8_t)(rnd() & 0xff);
+    for (auto &v : hsc) v = 1e-4f * (float)(1 + rnd() % 100);
+    for (auto &v : hx) v = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+    int8_t *W; float *SC, *X0, *Y, *Y2; unsigned *cnt;
+    CK(cudaMalloc(&W, wbytes));
+    CK(cudaMalloc(&SC, sizeof(float) * P * R));
+    CK(cudaMalloc(&X0, sizeof(float) * K));
+    CK(cudaMalloc(&Y, sizeof(float) * P * R));
+    CK(cudaMalloc(&Y2, sizeof(float) * P * R));
+    CK(cudaMalloc(&cnt, sizeof(unsigned) * P));
+    CK(cudaMemcpy(W, hw.data(), wbytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(SC, hsc.data(), sizeof(float) * P * R, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(X0, hx.data(), sizeof(float) * K, cudaMemcpyHostToDevice));
+    const size_t smA = RPC * K + sizeof(float) * K, smB = 2 * RPC * K + sizeof(float) * K;
+    CK(cudaFuncSetAttribute(k_phase, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smA));
+    CK(cudaFuncSetAttribute(k_resident<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smB));
+    CK(cudaFuncSetAttribute(k_resident<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smB));
+    int occ = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_resident<true>, THREADS, smB));
+    printf("resident: %s, %d SMs, %d CTAs an SM fit (%zu B smem), G = %d CTAs: %s\n", prop.name,
+           prop.multiProcessorCount, occ, smB, G, occ * prop.multiProcessorCount >= G ? "co-resident" : "NOT co-resident");
+    if (occ * prop.multiProcessorCount < G) return 1;
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+
+    // the pdl chain as a graph
+    cudaGraph_t gr;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int p = 0; p < P; p++) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(G);
+        cfg.blockDim = dim3(THREADS);
+        cfg.dynamicSmemBytes = smA;
+        cfg.stream = st;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = p ? 1 : 0;
+        CK(cudaLaunchKernelEx(&cfg, k_phase, (const int8_t *)(W + (size_t)p * R * K), (const float *)(SC + (size_t)p * R),
+                              (const float *)X0, (const float *)(p ? Y + (size_t)(p - 1) * R : nullptr),
+                              Y + (size_t)p * R));
+    }
+    CK(cudaStreamEndCapture(st, &gr));
+    CK(cudaGraphInstantiate(&ge, gr, 0));
+
+    const int reps = 20;
+    int differ = 0;
+    float best[4] = {1e30f, 1e30f, 1e30f, 1e30f};
+    for (int r = 0; r < reps; r++) {
+        float ms;
+        CK(cudaEventRecord(e0, st));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        best[0] = ms < best[0] ? ms : best[0];
+        for (int v = 0; v < 2; v++) {
+            CK(cudaMemsetAsync(cnt, 0, sizeof(unsigned) * P, st));
+            CK(cudaEventRecord(e0, st));
+            if (v == 0) k_resident<true><<<G, THREADS, smB, st>>>(W, SC, X0, Y2, P, cnt);
+            else k_resident<false><<<G, THREADS, smB, st>>>(W, SC, X0, Y2, P, cnt);
+            CK(cudaGetLastError());
+            CK(cudaEventRecord(e1, st));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            best[1 + v] = ms < best[1 + v] ? ms : best[1 + v];
+            if (r == 0) {   // the last phase's outputs against the pdl chain's
+                std::vector<float> ya(R), yb(R);
+                CK(cudaMemcpy(ya.data(), Y + (size_t)(P - 1) * R, sizeof(float) * R, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(yb.data(), Y2 + (size_t)(P - 1) * R, sizeof(float) * R, cudaMemcpyDeviceToHost));
+                differ += memcmp(ya.data(), yb.data(), sizeof(float) * R) != 0;
+            }
+        }
+        const size_t n16 = wbytes / 16;
+        CK(cudaEventRecord(e0, st));
+        k_read<<<(unsigned)((n16 + THREADS * 8 - 1) / (THREADS * 8)), THREADS, 0, st>>>((const uint4 *)W, n16);
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        best[3] = ms < best[3] ? ms : best[3];
+    }
+    int to = 0;
+    CK(cudaMemcpyFromSymbol(&to, g_timeout, sizeof to));
+    const bool same = differ == 0;
+    static const char *nm[4] = {"pdl", "resident", "resident0", "read"};
+    for (int v = 0; v < 4; v++)
+        printf("resident: %-9s %d phases of %.1f MB: %8.1f us, %.2f us a phase, %.2f TB/s of weights (best of %d)\n", nm[v],
+               P, (double)R * K / 1e6, best[v] * 1e3, best[v] * 1e3 / P, (double)wbytes / (best[v] * 1e-3) / 1e12, reps);
+    printf("resident: last phase's outputs %s (both resident forms against the pdl chain); spin timeout %s\n",
+           same ? "bit-identical" : "DIFFER", to ? "HIT (not co-resident?)" : "never");
+    return same && !to ? 0 : 2;
+}
