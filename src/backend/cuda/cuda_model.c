@@ -1113,9 +1113,6 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
     cuda_ctx *cu = m->cu;
     const void *xq;
 
-    /* xn = rms(x): the router reads it as floats (an F32 router), the
-     * experts quantized; both from one launch when the router needs no
-     * quantization of its own (it would reuse m->xq) */
     /* read-ahead first (its router input may take m->xq, which this layer
      * fills below): layer l + 1's ffn_norm and router on the same residual,
      * its top m->ra experts to m->psel for arena_resolve's download */
@@ -1144,7 +1141,8 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
             .nq_out = m->xq, .nq_type = dl->gate_exps.type,
         };
         STAGE(CUDA_STAGE_ROUTER, cuda_matvec_batch(cu, &r, e));
-    } else {
+    } else {   /* xn = rms(x) for the router (as floats for an F32 router), quantized for the experts in
+                * the same launch when the router needs no quantization of its own (it would reuse m->xq) */
         if (fused) STAGE(CUDA_STAGE_FFN_NORM, cuda_rmsnorm_quant(cu, dl->gate_exps.type, m->xn, m->xq, m->x,
                                                                  dl->ffn_norm, E, hp->rms_eps, e));
         else STAGE(CUDA_STAGE_FFN_NORM, cuda_rmsnorm(cu, m->xn, m->x, dl->ffn_norm, E, 1, hp->rms_eps, e));
