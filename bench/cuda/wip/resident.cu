@@ -4,8 +4,10 @@
 // session 19's question: each big matvec of the decode chain has ~3 us of
 // critical path that is not bytes.) Stand-alone: no strata code.
 //
-// P phases, phase p: y_p = diag(sc_p) W_p x_p, W_p R x K int8 (K = 2048, R
-// = 4096: 8 MB a phase, P = 24: 192 MB, beyond the 50 MB L2), x_0 given,
+// P phases, phase p: y_p = diag(sc_p) W_p x_p, W_p R x K int8 (K = 2048; R
+// from the command line, default 4096: 8 MB a phase, so P = 24 is 192 MB,
+// beyond the 50 MB L2; R = 2048, 3072, 4096 at the same P prices a phase's
+// fixed cost against its bytes; R / 8 CTAs must all fit at once), x_0 given,
 // x_{p+1}[i] = y_p[i] / (1 + |y_p[i]|) for i < K. Every version computes a
 // row with the same warp function (row_dot), so their last y agree bit for
 // bit (checked).
@@ -21,7 +23,7 @@
 //             the wait): what the overlap gives;
 //   read      a kernel that only reads the P phases' bytes (the floor).
 // Build: nvcc -O3 -arch=sm_90 -cudart static -o resident resident.cu
-// Run:   ./resident [P]   (prints us a phase, TB/s of weights, and agreement)
+// Run:   ./resident [P] [R]   (prints us a phase, TB/s of weights, and agreement)
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
@@ -30,10 +32,8 @@
 #include <cuda_runtime.h>
 
 #define K 2048
-#define R 4096
 #define RPC 8          // rows a CTA
 #define THREADS 256
-#define G (R / RPC)    // CTAs a phase (512)
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
@@ -120,6 +120,7 @@ __global__ void __launch_bounds__(THREADS) k_resident(const int8_t *W, const flo
     int8_t *const wb0 = (int8_t *)sm;   // buffer i at wb0 + i * RPC * K
     float *xs = (float *)(sm + 2 * RPC * K);
     const int r0 = blockIdx.x * RPC;
+    const int R = gridDim.x * RPC;   // rows a phase
     const size_t wphase = (size_t)R * K;
     if (AHEAD) copy_rows(wb0, W + (size_t)r0 * K);
     for (int p = 0; p < P; p++) {
@@ -170,7 +171,12 @@ __global__ void __launch_bounds__(THREADS) k_read(const uint4 *p, size_t n16)
 int main(int argc, char **argv)
 {
     const int P = argc > 1 ? atoi(argv[1]) : 24;
-    if (P < 2 || P > 64) { printf("P in 2..64\n"); return 1; }
+    const int R = argc > 2 ? atoi(argv[2]) : 4096;   // rows a phase: 4096 = 8 MB
+    if (P < 2 || P > 64 || R < K || R % RPC || R > 8192) {
+        printf("usage: resident [P 2..64] [R %d..8192, a multiple of %d]\n", K, RPC);
+        return 1;
+    }
+    const int G = R / RPC;   // CTAs a phase
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     const size_t wbytes = (size_t)P * R * K;
