@@ -44,6 +44,23 @@
  * ties) gives max; iscale = -127/max; q = min(127, nearest-even(iscale*x))
  * (no FMA: __fmul_rn); bsums of 16; d = 1/iscale; an all-zero block is
  * all zeros. */
+/* A lane's 8 quants of a Q8_K block at iscale = -127/max: packed into pk,
+ * and their sum returned (the bsums' part). quant_q8_K_warp and
+ * quant_q8_K_sm share it. */
+__device__ __forceinline__ int q8K_quants(const float v[8], float iscale, uint32_t pk[2])
+{
+    int s = 0;
+    pk[0] = pk[1] = 0;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        int q = __float2int_rn(__fmul_rn(iscale, v[t]));
+        q = q < 127 ? q : 127;
+        s += q;
+        pk[t >> 2] |= (uint32_t)(q & 0xff) << (8 * (t & 3));
+    }
+    return s;
+}
+
 template <int SWI>
 __device__ __forceinline__ void quant_q8_K_warp(const float *x, const float *u, uint8_t *out, int64_t gb)
 {
@@ -75,15 +92,8 @@ __device__ __forceinline__ void quant_q8_K_warp(const float *x, const float *u, 
     }
     const float mx = SWI ? swiglu1(xb[idx], ub[idx]) : xb[idx];
     const float iscale = -127.f / mx;
-    int s = 0;
-    uint32_t pk[2] = {0, 0};
-#pragma unroll
-    for (int t = 0; t < 8; t++) {
-        int q = __float2int_rn(__fmul_rn(iscale, v[t]));
-        q = q < 127 ? q : 127;
-        s += q;
-        pk[t >> 2] |= (uint32_t)(q & 0xff) << (8 * (t & 3));
-    }
+    uint32_t pk[2];
+    const int s = q8K_quants(v, iscale, pk);
     qd_st32(ob + 4 + 8 * lane, pk[0]);
     qd_st32(ob + 8 + 8 * lane, pk[1]);
     const int s2 = s + __shfl_down_sync(0xffffffffu, s, 1);   /* lanes 2g, 2g+1 hold group g */
@@ -154,12 +164,14 @@ __device__ __forceinline__ void quant_q8_0_warp(const float *x, const float *u, 
  * Q8_1 sum is a wrapping integer sum) in a quarter of the rounds: the
  * fused norm's quantization of a 2048-value row takes 2 rounds a warp
  * instead of 8. Every lane of the warp calls it. */
+/* The 8-lane core of quant_q8_0_oct (and quant_q8_0_sm): a lane's 4
+ * values of its block v; *am the block's max |v| (over the 8 lanes), the
+ * lane's 4 saturated quants packed and returned; Q81: *sum the block's
+ * wrapping sum of the unsaturated conversions. Every lane of the warp
+ * calls it. */
 template <int Q81>
-__device__ __forceinline__ void quant_q8_0_oct(const float *x, uint8_t *out, int b, bool store)
+__device__ __forceinline__ uint32_t q8_0_oct_quants(const float v[4], float *am_out, uint32_t *sum_out)
 {
-    const int l8 = threadIdx.x & 7;
-    const float4 v4 = *(const float4 *)(x + (size_t)b * 32 + 4 * l8);
-    const float v[4] = { v4.x, v4.y, v4.z, v4.w };
     float am = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
     for (int o = 4; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
@@ -179,6 +191,20 @@ __device__ __forceinline__ void quant_q8_0_oct(const float *x, uint8_t *out, int
 #pragma unroll
         for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     }
+    *am_out = am;
+    *sum_out = sum;
+    return pk;
+}
+
+template <int Q81>
+__device__ __forceinline__ void quant_q8_0_oct(const float *x, uint8_t *out, int b, bool store)
+{
+    const int l8 = threadIdx.x & 7;
+    const float4 v4 = *(const float4 *)(x + (size_t)b * 32 + 4 * l8);
+    const float v[4] = { v4.x, v4.y, v4.z, v4.w };
+    float am;
+    uint32_t sum;
+    const uint32_t pk = q8_0_oct_quants<Q81>(v, &am, &sum);
     if (!store) return;
     uint8_t *ob = out + (size_t)b * (Q81 ? QD_Q81_BYTES : CQ8_0_BYTES);
     uint8_t *oq = ob + (Q81 ? 4 : 2) + 4 * l8;
@@ -743,15 +769,8 @@ __device__ __forceinline__ void quant_q8_K_sm(const float *xb, const float *ub, 
         return;
     }
     const float iscale = -127.f / mx;
-    int s = 0;
-    uint32_t pk[2] = {0, 0};
-#pragma unroll
-    for (int t = 0; t < 8; t++) {
-        int qv = __float2int_rn(__fmul_rn(iscale, v[t]));
-        qv = qv < 127 ? qv : 127;
-        s += qv;
-        pk[t >> 2] |= (uint32_t)(qv & 0xff) << (8 * (t & 3));
-    }
+    uint32_t pk[2];
+    const int s = q8K_quants(v, iscale, pk);
     *(uint2 *)(q + 8 * lane) = make_uint2(pk[0], pk[1]);
     const int s2 = s + __shfl_down_sync(0xffffffffu, s, 1);   /* lanes 2g, 2g+1 hold group g */
     if ((lane & 1) == 0) bs[lane >> 1] = (int16_t)s2;
@@ -787,13 +806,9 @@ __device__ __forceinline__ void quant_q8_0_sm(const float *x, const float *u, in
                 v[2] = swiglu1(v[2], uv[r].z);
                 v[3] = swiglu1(v[3], uv[r].w);
             }
-            float am = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-            for (int o = 4; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-            const float id = am != 0.f ? 127.f / am : 0.f;
-            uint32_t pk = 0;
-#pragma unroll
-            for (int i = 0; i < 4; i++) pk |= (uint32_t)(q8_sat(q8_conv(v[i], id)) & 0xff) << (8 * i);
+            float am;
+            uint32_t sum;
+            const uint32_t pk = q8_0_oct_quants<0>(v, &am, &sum);
             const int b = b0 + grp + r * ng;
             if (b < nb) {
                 *(uint32_t *)(q + (size_t)b * 32 + 4 * l8) = pk;
