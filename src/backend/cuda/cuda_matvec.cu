@@ -822,6 +822,12 @@ __device__ __forceinline__ void quant_q8_0_sm(const float *x, const float *u, in
  * plain unpack only (the instances most launches take, so they keep their
  * registers), also the f32 / swiglu quantization, or also the norm. */
 enum { MV_XQ_NONE, MV_XQ_QUANT, MV_XQ_NORM };
+/* The paths a type takes: Q8 (its dot type Q8_K or Q8_0) the quantization,
+ * NORM (those and F32) the norm. */
+template <int QT> struct mvd_xq {
+    static constexpr bool Q8 = (int)mv_traits<QT>::ACT == MV_ACT_Q8K || (int)mv_traits<QT>::ACT == MV_ACT_Q80;
+    static constexpr bool NORM = Q8 || QT == QTYPE_F32;
+};
 
 /* The CTA's activation row (bytes off past xq) into shared memory at s:
  * unpacked (mv_unpack), or, with ex.xquant, quantized from f32 there
@@ -834,7 +840,7 @@ __device__ __forceinline__ const int8_t *mv_act(const uint8_t *xq, const mv_ext 
 {
     typedef mv_traits<QT> T;
     const float *sy = NULL;
-    if constexpr (XQ == MV_XQ_NORM && (T::ACT == MV_ACT_Q8K || T::ACT == MV_ACT_Q80 || QT == QTYPE_F32)) {
+    if constexpr (XQ == MV_XQ_NORM && mvd_xq<QT>::NORM) {
         if (ex.xquant == CUDA_XQ_NORM) {
             float *ny = (float *)(base + ex.nrm_off);
             rms_row(ny, (const float *)(xq + off), ex.xnw, k, ex.eps, (double *)(ny + k));
@@ -852,7 +858,7 @@ __device__ __forceinline__ const int8_t *mv_act(const uint8_t *xq, const mv_ext 
             sy = ny;
         }
     }
-    if constexpr (XQ != MV_XQ_NONE && (T::ACT == MV_ACT_Q8K || T::ACT == MV_ACT_Q80)) {
+    if constexpr (XQ != MV_XQ_NONE && mvd_xq<QT>::Q8) {
         if (ex.xquant) {
             const int nb = k / T::BE;
             int8_t *sxq = (int8_t *)s;
@@ -1320,10 +1326,6 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
  * paths its type takes (XQ: MV_XQ_QUANT for Q8_K / Q8_0 dot types,
  * MV_XQ_NORM those and F32), each made only where a launch can ask for
  * it. mvd_pick returns the one cuda_matvec_args asks for. */
-template <int QT> struct mvd_xq {
-    static constexpr bool Q8 = (int)mv_traits<QT>::ACT == MV_ACT_Q8K || (int)mv_traits<QT>::ACT == MV_ACT_Q80;
-    static constexpr bool NORM = Q8 || QT == QTYPE_F32;
-};
 typedef void (*mvd_fn)(const uint8_t *, size_t, const int32_t *, int, int, int, int, const uint8_t *, size_t, float *,
                        size_t, mv_ext);
 template <int QT, bool CO>
@@ -1405,7 +1407,7 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
         return err_setf(e, ERR_USAGE, "cuda_matvec: a second matrix set needs y2, no add, n_batch <= %d", 65535 / 2);
     if (a->xquant) {
         const uintptr_t al = (uintptr_t)a->xq | (uintptr_t)a->x_stride | (a->xquant == CUDA_XQ_SWIGLU ? (uintptr_t)a->xu : 0);
-        if ((int)T::ACT != MV_ACT_Q8K && (int)T::ACT != MV_ACT_Q80 && !(QT == QTYPE_F32 && a->xquant == CUDA_XQ_NORM))
+        if (!mvd_xq<QT>::Q8 && !(mvd_xq<QT>::NORM && a->xquant == CUDA_XQ_NORM))
             return err_setf(e, ERR_USAGE, "cuda_matvec: xquant needs a Q8_K or Q8_0 dot type (or F32 weights for a norm), not %s's",
                             mv_type_name(a->wtype));
         if ((a->xquant != CUDA_XQ_F32 && a->xquant != CUDA_XQ_SWIGLU && a->xquant != CUDA_XQ_NORM) ||

@@ -1177,15 +1177,15 @@ static int layer_moe(cuda_model *m, int l, const float *next_norm, const dmat *n
             .ids_early = 1, .xquant = CUDA_XQ_SWIGLU, .xu = m->u,   /* ids: written before gate+up */
         };
         STAGE(CUDA_STAGE_DOWN, cuda_matvec_batch(cu, &a, e));
-    } else if (q8_dot(&dl->down_exps)) {
-        STAGE(CUDA_STAGE_DOWN_QUANT, cuda_act_quant_swiglu(cu, dl->down_exps.type, m->g, m->u, m->xq, F, K, e));
-        xq = m->xq;
     } else {
-        STAGE(CUDA_STAGE_DOWN_QUANT, cuda_swiglu(cu, m->g, m->g, m->u, (int64_t)K * F, e));
-        xq = m->xq;
-        STAGE(CUDA_STAGE_DOWN_QUANT, act_in(m, &dl->down_exps, m->g, K, &xq, e));
-    }
-    if (!cuda_matvec_xquant_ok(dl->down_exps.mvtype)) {
+        if (q8_dot(&dl->down_exps)) {
+            STAGE(CUDA_STAGE_DOWN_QUANT, cuda_act_quant_swiglu(cu, dl->down_exps.type, m->g, m->u, m->xq, F, K, e));
+            xq = m->xq;
+        } else {
+            STAGE(CUDA_STAGE_DOWN_QUANT, cuda_swiglu(cu, m->g, m->g, m->u, (int64_t)K * F, e));
+            xq = m->xq;
+            STAGE(CUDA_STAGE_DOWN_QUANT, act_in(m, &dl->down_exps, m->g, K, &xq, e));
+        }
         const size_t hstride = dl->down_exps.act_f32 ? sizeof(float) * (size_t)F : dl->down_exps.act_bytes;
         /* the ids were written before gate+up and the quantizer: 2+ launches back */
         STAGE(CUDA_STAGE_DOWN, mv_experts(m, &dl->down_exps, xq, hstride, m->eout, (size_t)E, 1, e));
