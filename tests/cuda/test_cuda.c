@@ -1068,6 +1068,7 @@ static void bench(void)
         {"experts gate/up Q4_K 768x2048, 128 matrices", QTYPE_Q4_K, 768, 2048, 128, 128},
         {"experts down Q4_K 2048x768, 128 matrices", QTYPE_Q4_K, 2048, 768, 128, 128},
         {"decode: 8 of 128 experts Q4_K 768x2048 (ids)", QTYPE_Q4_K, 768, 2048, 128, 8},
+        {"decode: 8 of 128 experts Q5_K 768x2048 (ids)", QTYPE_Q5_K, 768, 2048, 128, 8},
         {"head Q6_K 151936x2048", QTYPE_Q6_K, 151936, 2048, 1, 1},
         {"attention Q8_0 4096x2048, 32 matrices", QTYPE_Q8_0, 4096, 2048, 32, 32},
         {"experts gate/up Q5_K 768x2048, 128 matrices", QTYPE_Q5_K, 768, 2048, 128, 128},

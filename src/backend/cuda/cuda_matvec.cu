@@ -962,7 +962,7 @@ k_matvec(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restri
 /* ---- direct matvec (the default) ----
  * No tile staging: the tile kernel above waits for its whole tile before
  * computing. Here the lanes load their items straight from global memory,
- * except Q4_K rows of at most 32 blocks, which a warp copies to its own
+ * except Q4_K and Q5_K rows of at most 32 blocks, which a warp copies to its own
  * shared memory in contiguous 16-byte chunks first (mvd_co, below: a lane
  * takes a whole 144-byte block, and 32 lanes' blocks 144 bytes apart read
  * 1.26x slower than contiguous loads, session 18).
@@ -1059,7 +1059,8 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
     return 0;
 }
 
-/* ---- coalesced Q4_K loads (co) ----
+/* ---- coalesced Q4_K / Q5_K loads (co) ----
+ * (Q5_K since session 19's rebase of wip/q5k-co.patch; Q4_K's figures:)
  * A Q4_K lane loads its whole block (144 bytes: nine 16-byte loads), so a
  * warp's load instruction touches 32 blocks 144 bytes apart: 32 sectors
  * of as many lines. Measured on the H100 (session 18, a kernel that only
@@ -1077,15 +1078,22 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
  * for all its activation rows, prefill 1.121x on the H100 (bench/RESULTS.md,
  * session 18). The host launches CO only where mvd_co_ok holds: every
  * row of the CTA in its warps' first pass, so a warp copies once. */
-#define MVD_CO_MAXCH 9   /* chunks a lane: rpw * nit <= 32 blocks of 9 chunks */
+/* The types with whole-block items that take the co path, and a block's
+ * 16-byte chunks: Q4_K 144 bytes (9), Q5_K 176 (11; the padding rule of
+ * qd_co_rs16 holds for both, test_cuda_emu). A warp's pass holds rpw * nit
+ * <= 32 blocks, so a lane copies at most NCH chunks. */
+template <int QT> struct mvd_co_t {
+    static constexpr bool OK = QT == QTYPE_Q4_K || QT == QTYPE_Q5_K;
+    static constexpr int NCH = mv_traits<QT>::BB / 16;
+};
 
-/* Whether a launch of this geometry takes the co path: Q4_K rows of at
+/* Whether a launch of this geometry takes the co path: Q4_K / Q5_K rows of at
  * most S blocks (a lane's one item a row), and R (mvd_geometry) one pass
  * of the warps, MVD_WARPS * rpw rows (it always is then: R rb >= 8 * 16
  * blocks of 144 bytes > 16 KB stops the doubling; checked, not assumed). */
 static bool mvd_co_ok(int qt, int64_t nit, int lg_s, int R)
 {
-    return qt == QTYPE_Q4_K && nit <= (1 << lg_s) && R == MVD_WARPS * (32 >> lg_s);
+    return (qt == QTYPE_Q4_K || qt == QTYPE_Q5_K) && nit <= (1 << lg_s) && R == MVD_WARPS * (32 >> lg_s);
 }
 /* co's shared memory after the activation (16-aligned), all warps; a row's
  * stride qd_co_rs16 (cuda_qdot.cuh, checked on the CPU by test_cuda_emu) */
@@ -1100,11 +1108,12 @@ static size_t mvd_co_bytes(int rb, int lg_s)
  * chunk c at qd_co_unit (its row's stride rs16, the quotient by cpr a
  * multiply-high by rcp = qd_co_rcp(cpr)). Once a launch (mvd_co_ok): the
  * buffer holds nothing before. */
+template <int NCH>
 __device__ __forceinline__ void co_issue(uint8_t *ws, const uint8_t *src, int nch, unsigned cpr, unsigned rcp, int rs16,
                                          int lane)
 {
 #pragma unroll
-    for (int j = 0; j < MVD_CO_MAXCH; j++) {
+    for (int j = 0; j < NCH; j++) {
         const unsigned c = (unsigned)(lane + 32 * j);
         if ((int)c < nch) cp_async16(ws + 16 * qd_co_unit(c, cpr, rcp, rs16), src + 16 * (size_t)c);
     }
@@ -1158,19 +1167,20 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     mv_w<QT> wr[T::U];
     /* a CTA whose rows are one pass of its lanes has all its bytes in
      * flight from the hoisted loads: no L2 prefetch then */
-    const bool pf = !mv_w<QT>::H || nr > MVD_WARPS * rpw || nit > S * T::U;
-    /* coalesced loads (Q4_K, a warp's pass holds whole rows: see mvd_co) */
-    constexpr bool co = QT == QTYPE_Q4_K && CO;   /* the host's choice: mvd_co_ok */
+    /* coalesced loads (Q4_K, Q5_K, a warp's pass holds whole rows: see mvd_co) */
+    constexpr bool co = mvd_co_t<QT>::OK && CO;   /* the host's choice: mvd_co_ok */
+    const bool pf = !(mv_w<QT>::H || co) || nr > MVD_WARPS * rpw || nit > S * T::U;
     const int cpr = rb / 16, rs16 = qd_co_rs16(rb, rpw);
     uint8_t *ws = smem + ((mv_act_bytes(T::ACT, k, T::BE) + 15) & ~(size_t)15) + (size_t)warp * rpw * 16 * rs16;
     const unsigned rcp = qd_co_rcp((unsigned)cpr);
-#define MVD_ISSUE(base) co_issue(ws, g + (size_t)(base) * rb, min(rpw, nr - (base)) * cpr, (unsigned)cpr, rcp, rs16, lane)
+#define MVD_ISSUE(base) \
+    co_issue<mvd_co_t<QT>::NCH>(ws, g + (size_t)(base) * rb, min(rpw, nr - (base)) * cpr, (unsigned)cpr, rcp, rs16, lane)
     int mat = b;
     const uint8_t *g = NULL;
     if (early) {
         if (ids) mat = __ldcg(ids + b);
         g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
-        if (mv_w<QT>::H && base0 < nr) {   /* the first pass, before the wait */
+        if ((mv_w<QT>::H || co) && base0 < nr) {   /* the first pass, before the wait */
             if (co) MVD_ISSUE(base0);
             else MVD_LOAD(wr, g, base0, 0);
         }
@@ -1187,7 +1197,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     if (!early) {
         mat = ids[b];
         g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
-        if (mv_w<QT>::H && base0 < nr) {   /* the first pass, before the unpack */
+        if ((mv_w<QT>::H || co) && base0 < nr) {   /* the first pass, before the unpack */
             if (co) MVD_ISSUE(base0);
             else MVD_LOAD(wr, g, base0, 0);
         }
@@ -1261,13 +1271,14 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     /* coalesced Q4_K loads (mvd_co; the host's choice: mvd_co_ok): the
      * warp's rows copied once to its buffer after the activations, each
      * row's blocks read there by all its items' dots */
-    constexpr bool co = QT == QTYPE_Q4_K && CO;
+    constexpr bool co = mvd_co_t<QT>::OK && CO;
     const int rs16 = qd_co_rs16(rb, rpw);
     if (co) {
         const int cpr = rb / 16;
         if (warp * rpw < nr)
-            co_issue(smem + (size_t)act_al * CUDA_MM_NB + (size_t)warp * rpw * 16 * rs16, g + (size_t)warp * rpw * rb,
-                     min(rpw, nr - warp * rpw) * cpr, (unsigned)cpr, qd_co_rcp((unsigned)cpr), rs16, lane);
+            co_issue<mvd_co_t<QT>::NCH>(smem + (size_t)act_al * CUDA_MM_NB + (size_t)warp * rpw * 16 * rs16,
+                                        g + (size_t)warp * rpw * rb, min(rpw, nr - warp * rpw) * cpr, (unsigned)cpr,
+                                        qd_co_rcp((unsigned)cpr), rs16, lane);
     } else {
         mvd_prefetch_l2(g, (size_t)nr * rb);
     }
@@ -1360,13 +1371,13 @@ static int mv_attr(int lim, err *e)
                                               lim - MV_SMEM_STATIC),
                       "matvec smem attribute");
     if (!r) r = mvd_attr<QT, false>(lim, e);
-    if constexpr (QT == QTYPE_Q4_K)   /* the coalesced instances exist for Q4_K only */
+    if constexpr (mvd_co_t<QT>::OK)   /* the coalesced instances exist for Q4_K and Q5_K only */
         if (!r) r = mvd_attr<QT, true>(lim, e);
     if (!r)
         r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
                       "matmul smem attribute");
-    if constexpr (QT == QTYPE_Q4_K)
+    if constexpr (mvd_co_t<QT>::OK)
         if (!r)
             r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
@@ -1445,7 +1456,7 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
             return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, dsm);
         const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
         mvd_fn fn = mvd_pick<QT, false>(a->xquant, ex.x_early);
-        if constexpr (QT == QTYPE_Q4_K)
+        if constexpr (mvd_co_t<QT>::OK)
             if (co) fn = mvd_pick<QT, true>(a->xquant, ex.x_early);
         return cuda_launch(c, fn, grid, 32 * MVD_WARPS, dsm, e, "matvec", w, a->w_stride, a->ids, rows, k, R, lg_s, xq,
                            a->x_stride, a->y, a->y_stride, ex);
@@ -1486,7 +1497,7 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     int lg_s, R;
     mvd_geometry(c, nit, T::U, rows, rb, a->n_items, &lg_s, &R);
     const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_items);
-    if constexpr (QT == QTYPE_Q4_K)
+    if constexpr (mvd_co_t<QT>::OK)
         if (mvd_co_ok(QT, nit, lg_s, R)) {   /* coalesced loads: the warps' row buffers after the activations */
             const size_t csm = smem + mvd_co_bytes(rb, lg_s);
             if (csm + MV_SMEM_STATIC + 3 * 8 * CUDA_MM_NB <= c->info.smem_per_block_optin)
