@@ -4,11 +4,11 @@
 // session 19's question: each big matvec of the decode chain has ~3 us of
 // critical path that is not bytes.) Stand-alone: no strata code.
 //
-// P phases, phase p: y_p = diag(sc_p) W_p x_p, W_p R x K int8 (K = 2048; R
+// P phases, phase p: y_p = diag(sc_p) W_p x_p, W_p R x K int8, x_p int8 (K = 2048; R
 // from the command line, default 4096: 8 MB a phase, so P = 24 is 192 MB,
 // beyond the 50 MB L2; R = 2048, 3072, 4096 at the same P prices a phase's
 // fixed cost against its bytes; R / 8 CTAs must all fit at once), x_0 given,
-// x_{p+1}[i] = y_p[i] / (1 + |y_p[i]|) for i < K. Every version computes a
+// x_{p+1}[i] = rint(127 y_p[i] / (1 + |y_p[i]|)) for i < K. Every version computes a
 // row with the same warp function (row_dot), so their last y agree bit for
 // bit (checked).
 //   pdl       a kernel a phase, launched as programmatic dependents (a CUDA
@@ -24,6 +24,7 @@
 //   read      a kernel that only reads the P phases' bytes (the floor).
 // Build: nvcc -O3 -arch=sm_90 -cudart static -o resident resident.cu
 // Run:   ./resident [P] [R]   (prints us a phase, TB/s of weights, and agreement)
+//        ./resident layer [L]   (the decode layer's chain at its fewest phases: see layer_mode)
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
@@ -52,73 +53,88 @@ __device__ __forceinline__ unsigned long long now()
 }
 
 // the CTA's RPC rows of one phase (RPC * K bytes, contiguous) into ws
+template <int RP = RPC>
 __device__ __forceinline__ void copy_rows(int8_t *ws, const int8_t *g)
 {
-    for (int c = threadIdx.x; c < RPC * K / 16; c += THREADS) cp16(ws + 16 * c, g + 16 * (size_t)c);
+    for (int c = threadIdx.x; c < RP * K / 16; c += THREADS) cp16(ws + 16 * c, g + 16 * (size_t)c);
     cp_commit();
 }
-// x of phase p into xs: x0, or the squashed first K outputs of phase p - 1
-__device__ __forceinline__ void load_x(float *xs, const float *x0, const float *yprev)
+// x of phase p into xs as int8: x0 (already int8), or the squashed first K
+// outputs of phase p - 1 quantized with one fixed scale (q = rint(127 v /
+// (1 + |v|)), |q| <= 127). Session 20's first two runs used float x and an
+// int8 -> float conversion a weight byte: every form was compute-bound
+// (I2F at 16 a clock an SM; 5.4-8 us a phase against 1.5-2.9 us of bytes),
+// so the dots are dp4a now, as a real Q8_0 matvec's are.
+// (layer mode: a phase of fewer than K rows feeds x[i] = its y[i % rprev])
+__device__ __forceinline__ void load_x(int8_t *xs, const int8_t *x0, const float *yprev, int rprev = K)
 {
     for (int i = threadIdx.x; i < K; i += THREADS) {
         if (!yprev) { xs[i] = x0[i]; continue; }
-        const float v = __ldcg(yprev + i);
-        xs[i] = __fdiv_rn(v, 1.f + fabsf(v));
+        const float v = __ldcg(yprev + (rprev >= K ? i : i % rprev));
+        xs[i] = (int8_t)__float2int_rn(__fdiv_rn(127.f * v, 1.f + fabsf(v)));
     }
 }
 // one row by one warp: lane l takes 16-byte chunks l, l + 32, ... (4 of
-// them), fixed order, then an xor butterfly
-__device__ __forceinline__ float row_dot(const int8_t *w, const float *xs)
+// them), 4 dp4a a chunk, then an integer xor butterfly (exact: every form
+// agrees bit for bit)
+__device__ __forceinline__ float row_dot(const int8_t *w, const int8_t *xs)
 {
     const int lane = threadIdx.x & 31;
-    float acc = 0.f;
+    int acc = 0;
 #pragma unroll
     for (int j = 0; j < K / 16 / 32; j++) {
         const int c = lane + 32 * j;
         const int4 q = *(const int4 *)(w + 16 * c);
-        const int8_t *b = (const int8_t *)&q;
-#pragma unroll
-        for (int e = 0; e < 16; e++) acc = __fmaf_rn((float)b[e], xs[16 * c + e], acc);
+        const int4 x = *(const int4 *)(xs + 16 * c);
+        acc = __dp4a(q.x, x.x, acc);
+        acc = __dp4a(q.y, x.y, acc);
+        acc = __dp4a(q.z, x.z, acc);
+        acc = __dp4a(q.w, x.w, acc);
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
-    return acc;
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    return (float)acc;
 }
-__device__ __forceinline__ void compute(const int8_t *ws, const float *xs, const float *sc, float *y, int r0)
+template <int RP = RPC>
+__device__ __forceinline__ void compute(const int8_t *ws, const int8_t *xs, const float *sc, float *y, int r0)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int i = warp; i < RPC; i += THREADS / 32) {
+    for (int i = warp; i < RP; i += THREADS / 32) {
         const float a = row_dot(ws + (size_t)i * K, xs);
         if (lane == 0) y[r0 + i] = __fmul_rn(a, sc[r0 + i]);
     }
 }
 
 // ---- pdl: a kernel a phase ----
-__global__ void __launch_bounds__(THREADS) k_phase(const int8_t *W, const float *sc, const float *x0, const float *yprev,
-                                                   float *y)
+// late (layer mode): the rows are copied only after the wait, as a routed
+// expert's are (their ids come from the phase before)
+template <int RP = RPC>
+__global__ void __launch_bounds__(THREADS) k_phase(const int8_t *W, const float *sc, const int8_t *x0, const float *yprev,
+                                                   float *y, int late = 0, int rprev = K)
 {
     extern __shared__ __align__(16) uint8_t sm[];
     int8_t *ws = (int8_t *)sm;
-    float *xs = (float *)(sm + RPC * K);
-    const int r0 = blockIdx.x * RPC;
-    copy_rows(ws, W + (size_t)r0 * K);   // the weights: known before the wait
+    int8_t *xs = (int8_t *)(sm + RP * K);
+    const int r0 = blockIdx.x * RP;
+    if (!late) copy_rows<RP>(ws, W + (size_t)r0 * K);   // the weights: known before the wait
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    load_x(xs, x0, yprev);
+    if (late) copy_rows<RP>(ws, W + (size_t)r0 * K);
+    load_x(xs, x0, yprev, rprev);
     cp_wait<0>();
     __syncthreads();
-    compute(ws, xs, sc, y, r0);
+    compute<RP>(ws, xs, sc, y, r0);
 }
 
 // ---- resident: one kernel, G CTAs, counters cnt[P] zeroed before ----
 __device__ int g_timeout;
 template <bool AHEAD>
-__global__ void __launch_bounds__(THREADS) k_resident(const int8_t *W, const float *SC, const float *x0, float *Y, int P,
+__global__ void __launch_bounds__(THREADS) k_resident(const int8_t *W, const float *SC, const int8_t *x0, float *Y, int P,
                                                       unsigned *cnt)
 {
     extern __shared__ __align__(16) uint8_t sm[];
     int8_t *const wb0 = (int8_t *)sm;   // buffer i at wb0 + i * RPC * K
-    float *xs = (float *)(sm + 2 * RPC * K);
+    int8_t *xs = (int8_t *)(sm + 2 * RPC * K);
     const int r0 = blockIdx.x * RPC;
     const int R = gridDim.x * RPC;   // rows a phase
     const size_t wphase = (size_t)R * K;
@@ -168,8 +184,128 @@ __global__ void __launch_bounds__(THREADS) k_read(const uint4 *p, size_t n16)
     if (x == 0x12345678u) g_sink = x;
 }
 
+// ---- layer mode: ./resident layer [L] ----
+// The decode chain of the 30b-a3b shape at its fewest dependent phases, as
+// int8 rows of K = 2048 with a layer's real byte counts: q/k/v 5120 rows
+// (10.5 MB), the attention as a 256-row phase (0.5 MB, its latency), Wo 4096
+// (8.4 MB), the router 512 (1 MB) with the top-k assumed inside the next
+// phase, gate+up 6912 (14.2 MB, 8 experts x 2 x 768 x 2048 x 0.5625 B of
+// Q4_K) and down 3456 (7.1 MB), the experts' rows copied only after the wait
+// (late: their ids come from the router). Six PDL phases a layer, a graph of
+// L layers, against the same bytes read alone: what the chain's shape allows
+// at best, with every kernel a trivial int8 dot (no dequantization, no
+// norms, no softmax, no combine): an upper bound for the engine's layer.
+// Also with the experts' rows known early (an unreachable bound) and with
+// the chain as the engine has it today (8 phases: + a top-k and a combine,
+// 256-row phases) and at four phases (Wo's rows in the attention's phase,
+// down's in gate+up's: what a split-K restructuring would leave).
+template <int RP>
+static int layer_forms(int L)
+{
+    struct ph { int R, late; const char *nm; };
+    static const ph six[] = {{5120, 0, "qkv"}, {256, 0, "attn"}, {4096, 0, "wo"}, {512, 0, "router"},
+                             {6912, 1, "gate+up"}, {3456, 1, "down"}};
+    static const ph eight[] = {{5120, 0, "qkv"}, {256, 0, "attn"}, {4096, 0, "wo"}, {512, 0, "router"},
+                               {256, 0, "topk"}, {6912, 1, "gate+up"}, {3456, 1, "down"}, {256, 0, "combine"}};
+    // split-K restructuring's count (Wo inside the attention's phase, down
+    // inside gate+up's, their partial sums reduced by the phase after)
+    static const ph four[] = {{5120, 0, "qkv"}, {4352, 0, "attn+wo"}, {512, 0, "router"}, {10368, 1, "experts"}};
+    size_t lb6 = 0;
+    for (const ph &q : six) lb6 += (size_t)q.R * K;
+    size_t lb8 = 0;
+    for (const ph &q : eight) lb8 += (size_t)q.R * K;
+    const size_t wbytes = (size_t)L * lb8, nsc = wbytes / K;
+    int8_t *W, *X0; float *SC, *Y;
+    CK(cudaMalloc(&W, wbytes));
+    CK(cudaMalloc(&SC, sizeof(float) * nsc));
+    CK(cudaMalloc(&Y, sizeof(float) * nsc));
+    CK(cudaMalloc(&X0, K));
+    CK(cudaMemset(W, 1, wbytes));
+    {
+        std::vector<float> hsc(nsc, 1e-4f);
+        CK(cudaMemcpy(SC, hsc.data(), sizeof(float) * nsc, cudaMemcpyHostToDevice));
+        std::vector<int8_t> hx(K, 3);
+        CK(cudaMemcpy(X0, hx.data(), K, cudaMemcpyHostToDevice));
+    }
+    const size_t smA = RP * K + K;
+    CK(cudaFuncSetAttribute(k_phase<RP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smA));
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("resident layer: %s, %d layers, %d rows a CTA\n", prop.name, L, RP);
+    for (int form = 0; form < 4; form++) {
+        const ph *ps = form == 2 ? eight : form == 3 ? four : six;
+        const int np = form == 2 ? 8 : form == 3 ? 4 : 6;
+        const size_t lb = form == 2 ? lb8 : lb6;   // four's bytes are six's
+        cudaGraph_t gr;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        size_t off = 0;   // rows so far
+        int rprev = K;
+        for (int l = 0; l < L; l++)
+            for (int p = 0; p < np; p++) {
+                const int R = ps[p].R;
+                cudaLaunchConfig_t cfg = {};
+                cfg.gridDim = dim3(R / RP);
+                cfg.blockDim = dim3(THREADS);
+                cfg.dynamicSmemBytes = smA;
+                cfg.stream = st;
+                cudaLaunchAttribute at[1];
+                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                at[0].val.programmaticStreamSerializationAllowed = 1;
+                cfg.attrs = at;
+                cfg.numAttrs = off ? 1 : 0;
+                const int late = form == 1 ? 0 : ps[p].late;
+                CK(cudaLaunchKernelEx(&cfg, k_phase<RP>, (const int8_t *)(W + off * K), (const float *)(SC + off),
+                                      (const int8_t *)X0, (const float *)(off ? Y + off - rprev : nullptr), Y + off,
+                                      late, rprev));
+                off += R;
+                rprev = R;
+            }
+        CK(cudaStreamEndCapture(st, &gr));
+        CK(cudaGraphInstantiate(&ge, gr, 0));
+        float best = 1e30f, bestr = 1e30f;
+        const size_t n16 = (size_t)L * lb / 16;
+        for (int r = 0; r < 20; r++) {
+            float ms;
+            CK(cudaEventRecord(e0, st));
+            CK(cudaGraphLaunch(ge, st));
+            CK(cudaEventRecord(e1, st));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            best = ms < best ? ms : best;
+            CK(cudaEventRecord(e0, st));
+            k_read<<<(unsigned)((n16 + THREADS * 8 - 1) / (THREADS * 8)), THREADS, 0, st>>>((const uint4 *)W, n16);
+            CK(cudaEventRecord(e1, st));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            bestr = ms < bestr ? ms : bestr;
+        }
+        static const char *fn[4] = {"six phases, experts' rows after the wait", "six phases, every row before the wait",
+                                    "eight phases (the engine's chain), experts after the wait",
+                                    "four phases (split-K Wo and down), experts after the wait"};
+        printf("resident layer: %-58s %.1f MB a layer: %6.2f us a layer, bytes alone %5.2f us: %.3f of the read, "
+               "%.2f TB/s (best of 20)\n",
+               fn[form], lb / 1e6, best * 1e3 / L, bestr * 1e3 / L, bestr / best, (double)L * lb / (best * 1e-3) / 1e12);
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(gr));
+    }
+    return 0;
+}
+
+// the same chains at 8, 16 and 32 rows a CTA (fewer, fatter CTAs a phase)
+static int layer_mode(int L)
+{
+    return layer_forms<8>(L) || layer_forms<16>(L) || layer_forms<32>(L);
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "layer")) return layer_mode(argc > 2 ? atoi(argv[2]) : 24);
     const int P = argc > 1 ? atoi(argv[1]) : 24;
     const int R = argc > 2 ? atoi(argv[2]) : 4096;   // rows a phase: 4096 = 8 MB
     if (P < 2 || P > 64 || R < K || R % RPC || R > 8192) {
@@ -181,24 +317,25 @@ int main(int argc, char **argv)
     CK(cudaGetDeviceProperties(&prop, 0));
     const size_t wbytes = (size_t)P * R * K;
     std::vector<int8_t> hw(wbytes);
-    std::vector<float> hsc((size_t)P * R), hx(K);
+    std::vector<float> hsc((size_t)P * R);
+    std::vector<int8_t> hx(K);
     uint32_t s = 12345u;
     auto rnd = [&]() { s = s * 1664525u + 1013904223u; return s >> 8; };
     for (auto &v : hw) v = (int8_t)(rnd() & 0xff);
     for (auto &v : hsc) v = 1e-4f * (float)(1 + rnd() % 100);
-    for (auto &v : hx) v = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
-    int8_t *W; float *SC, *X0, *Y, *Y2; unsigned *cnt;
+    for (auto &v : hx) v = (int8_t)((int)(rnd() % 255) - 127);
+    int8_t *W, *X0; float *SC, *Y, *Y2; unsigned *cnt;
     CK(cudaMalloc(&W, wbytes));
     CK(cudaMalloc(&SC, sizeof(float) * P * R));
-    CK(cudaMalloc(&X0, sizeof(float) * K));
+    CK(cudaMalloc(&X0, K));
     CK(cudaMalloc(&Y, sizeof(float) * P * R));
     CK(cudaMalloc(&Y2, sizeof(float) * P * R));
     CK(cudaMalloc(&cnt, sizeof(unsigned) * P));
     CK(cudaMemcpy(W, hw.data(), wbytes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(SC, hsc.data(), sizeof(float) * P * R, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(X0, hx.data(), sizeof(float) * K, cudaMemcpyHostToDevice));
-    const size_t smA = RPC * K + sizeof(float) * K, smB = 2 * RPC * K + sizeof(float) * K;
-    CK(cudaFuncSetAttribute(k_phase, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smA));
+    CK(cudaMemcpy(X0, hx.data(), K, cudaMemcpyHostToDevice));
+    const size_t smA = RPC * K + K, smB = 2 * RPC * K + K;
+    CK(cudaFuncSetAttribute(k_phase<RPC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smA));
     CK(cudaFuncSetAttribute(k_resident<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smB));
     CK(cudaFuncSetAttribute(k_resident<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smB));
     int occ = 0;
@@ -227,9 +364,9 @@ int main(int argc, char **argv)
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at;
         cfg.numAttrs = p ? 1 : 0;
-        CK(cudaLaunchKernelEx(&cfg, k_phase, (const int8_t *)(W + (size_t)p * R * K), (const float *)(SC + (size_t)p * R),
-                              (const float *)X0, (const float *)(p ? Y + (size_t)(p - 1) * R : nullptr),
-                              Y + (size_t)p * R));
+        CK(cudaLaunchKernelEx(&cfg, k_phase<RPC>, (const int8_t *)(W + (size_t)p * R * K), (const float *)(SC + (size_t)p * R),
+                              (const int8_t *)X0, (const float *)(p ? Y + (size_t)(p - 1) * R : nullptr),
+                              Y + (size_t)p * R, 0, K));
     }
     CK(cudaStreamEndCapture(st, &gr));
     CK(cudaGraphInstantiate(&ge, gr, 0));
