@@ -319,6 +319,11 @@ typedef struct cuda_matvec_args {
 int  cuda_matvec_xquant_ok(int wtype);
 /* Whether CUDA_XQ_NORM applies to wtype: cuda_matvec_xquant_ok, or F32. */
 int  cuda_matvec_xnorm_ok(int wtype);
+/* The decode attention's phases in a CUDA_TRACE=1 build (its CTA 0, the
+ * spread path): mean µs entry -> wait return, -> prologue done, -> tile
+ * loop done, -> cluster sends done, -> cluster barrier, -> output stored,
+ * over *n launches since the last call (then cleared). Else ERR_UNSUPPORTED. */
+int  cuda_attention_probe(cuda_ctx *c, double us[6], unsigned *n, err *e);
 
 int  cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e);
 /* Which matvec kernel cuda_matvec_batch launches: 0 (the default) and 2

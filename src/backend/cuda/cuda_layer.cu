@@ -421,6 +421,7 @@ extern "C" int cuda_kv_store(cuda_ctx *c, void *cache, int f16, const float *src
 #define AT_WARPS 8
 #define AT_THREADS (32 * AT_WARPS)
 #define AT_DMAX 256
+#define AT_PROBES 7   /* the attention probe's stamps (trace builds) */
 
 __device__ __forceinline__ void prefetch_l2(const void *p)
 {
@@ -525,16 +526,17 @@ __device__ __forceinline__ void at_new_row(float *dst, const float *src, void *c
  * caches will hold them (f16-rounded when f16); the CTA that `writes`
  * stores them to the caches at element offset off. The same device
  * functions as k_qk_norm_rope_store in the same order (warp_rms is
- * rms_row's sum), so the bits are its. The RoPE table is built by the
- * last threads (its entries are long serial chains) while the first warps
- * norm. Ends with a barrier. */
+ * rms_row's sum), so the bits are its. The RoPE table of the row's
+ * position (cs, sn) is the caller's: k_attn builds it before its
+ * dependency wait (it depends on the position alone), by its last threads
+ * (its entries are long serial chains); the first barrier here orders it
+ * before its use. Ends with a barrier. */
 template <int GB, int DM>
 __device__ __forceinline__ void at_prologue(const at_pro &pro, const float *qr, float *sq, float *snk, float *snv,
-                                            float *cs, float *sn, int D, int hk, int pn, int has_new, int writes,
+                                            const float *cs, const float *sn, int D, int hk, int has_new, int writes,
                                             size_t off, int f16)
 {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, half = pro.n_rot / 2;
-    rope_table(cs, sn, half, pn, pro.theta_scale, pro.freq_scale, AT_THREADS - 1 - tid, AT_THREADS);
     for (int j = warp; j < GB + has_new; j += AT_WARPS)
         warp_rms(j < GB ? sq + j * DM : snk, j < GB ? qr + (size_t)j * D : pro.k + (size_t)hk * D,
                  j < GB ? pro.qw : pro.kw, D, pro.eps, lane);
@@ -593,10 +595,45 @@ struct at_xfer {
     }
 };
 
+/* The attention probe (trace builds only, bench/cuda/trace.sh): thread 0
+ * of CTA (0, 0, 0) stamps %globaltimer at the kernel's entry, its wait's
+ * return, the prologue's end (q normed and rotated, the new K/V row
+ * stored), the end of the spread path's tile loop, its sends to the
+ * cluster, the cluster barrier's return, and the output's store; a launch
+ * that took the spread path adds the differences to g_atp_sum
+ * (cuda_attention_probe reads and clears them). Its stores and atomics
+ * come after the last stamp but before the CTA exits: read the phases, not
+ * the total. */
+#ifdef STRATA_CUDA_TRACE
+__device__ unsigned long long g_atp_t[AT_PROBES];
+__device__ unsigned long long g_atp_sum[AT_PROBES];
+__device__ unsigned int g_atp_n;
+__device__ __forceinline__ bool at_probe_thread() { return (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x) == 0; }
+/* a stamp the compiler keeps in place among the memory operations */
+__device__ __forceinline__ unsigned long long at_now()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    return t;
+}
+#define AT_PROBE(i) do { if (at_probe_thread()) g_atp_t[i] = at_now(); } while (0)
+__device__ __forceinline__ void at_probe_end()
+{
+    if (!at_probe_thread()) return;
+    g_atp_t[AT_PROBES - 1] = at_now();
+    for (int i = 1; i < AT_PROBES; i++) atomicAdd(&g_atp_sum[i], g_atp_t[i] - g_atp_t[i - 1]);
+    atomicAdd(&g_atp_n, 1u);
+}
+#else
+#define AT_PROBE(i) do { } while (0)
+__device__ __forceinline__ void at_probe_end() {}
+#endif
+
 template <int GB>
 __device__ __forceinline__ void attn_combine(const at_xfer<GB> &x, float *orow)
 {
     x.cl.sync();
+    AT_PROBE(5);
     const int tot = GB * x.D;
     for (int t = x.rank * AT_THREADS + (int)threadIdx.x, k = 0; t < tot; t += x.ncl * AT_THREADS, k++) {
         const int g = t / x.D, i = k * AT_THREADS + (int)threadIdx.x;
@@ -686,6 +723,7 @@ __device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB>
     };
     if (j0 < j1) { load_k(j0, false); load_v(j0, false); }
     fill();   /* the queries into shared memory (and snk / snv); ends with a barrier */
+    AT_PROBE(2);
     if (a.pn >= j0 && a.pn < j0 + 32) {   /* the new row in the first tile */
         if (lane == a.pn - j0)
 #pragma unroll
@@ -762,6 +800,7 @@ __device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB>
     /* sum the NG position groups (xor butterfly: every lane ends with the
      * same bits); lanes of group 0 send the warp's dims to their owners,
      * lane r of warp 0 sends (m, l) to rank r (every CTA has started) */
+    AT_PROBE(3);
     at_started_wait();
 #pragma unroll
     for (int o = NQ; o < 32; o <<= 1)
@@ -776,6 +815,7 @@ __device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB>
     if (warp == 0 && lane < x.ncl)
 #pragma unroll
         for (int g = 0; g < GB; g++) x.send_ml(lane, g, m[g], l[g]);
+    AT_PROBE(4);
 }
 
 /* GB query heads per CTA (1, 2, 4, 8); DT: head_dim when it is 64, 128 or
@@ -800,6 +840,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     /* the fused prologue's new K and V rows and RoPE table */
     __shared__ __align__(16) float snk[AT_DMAX], snv[AT_DMAX], scs[AT_DMAX / 2], ssn[AT_DMAX / 2];
 
+    AT_PROBE(0);
     at_started_arrive();   /* see at_xfer */
     cg::cluster_group cl = cg::this_cluster();
     const int rank = (int)cl.block_rank(), ncl = (int)cl.num_blocks();
@@ -813,7 +854,8 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
      * opening this one. Only the position is read here: it was written
      * by a kernel at least two launches back (the step kernel of the last
      * token, or a copy), complete before this grid can start (see
-     * pdl_enter), and read from L2 (__ldcg); prefetches return nothing. */
+     * pdl_enter), and read from L2 (__ldcg); prefetches return nothing.
+     * The RoPE table is built from it here too (shared memory only). */
     const int n_kv = __ldcg(pos) + row0 + row + 1;
     const size_t rs = (size_t)n_head_kv * D;   /* cache row stride, elements */
     const size_t hoff = (size_t)hk * D;
@@ -827,7 +869,13 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
         prefetch_span((const char *)vc + ((size_t)j * rs + hoff) * ves, D * ves);
     }
     if (pro.k && tid < 2) prefetch_span(tid ? pro.kw : pro.qw, D * (int)sizeof(float));   /* the norms' weights */
+    /* the fused prologue's RoPE table (the row's position alone), so its
+     * serial chains are off the path after the wait (decode 1.007x on the
+     * H100, bench/RESULTS.md session 20) */
+    if (pro.k)
+        rope_table(scs, ssn, pro.n_rot / 2, n_kv - 1, pro.theta_scale, pro.freq_scale, AT_THREADS - 1 - tid, AT_THREADS);
     pdl_wait();   /* no launch_dependents: the next grid launches as this one's CTAs exit (pdl_wait) */
+    AT_PROBE(1);
 
     const float *qr = q + (size_t)row * n_head * D + (size_t)h0 * D;
     float *orow = out + (size_t)row * n_head * D + (size_t)h0 * D;
@@ -840,7 +888,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     const at_slice a = { kc, vc, kf16, vf16, rs, hoff, j0, j1, D, scale, has_new ? pnew : -1, snk, snv };
     auto fill = [&]() {
         if (pro.k) {
-            at_prologue<GB, DM>(pro, qr, sq, snk, snv, scs, ssn, D, hk, pnew, has_new, has_new && h0 % G == 0,
+            at_prologue<GB, DM>(pro, qr, sq, snk, snv, scs, ssn, D, hk, has_new, has_new && h0 % G == 0,
                                 (size_t)pnew * rs + hoff, kf16);
         } else {
             for (int t = tid; t < GB * D; t += AT_THREADS) sq[(t / D) * DM + t % D] = qr[t];
@@ -854,6 +902,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
         if (per <= AT_SPREAD) {
             attn_spread<GB, DT>(a, x, fill, sq, (float (*)[AT_WARPS][GB][32])sbuf);
             attn_combine<GB>(x, orow);
+            at_probe_end();
             return;
         }
     }
@@ -1245,6 +1294,30 @@ extern "C" int cuda_argmax(cuda_ctx *c, int32_t *out, const float *x, int rows, 
     if (rows <= 0 || rows > 65535 || n <= 0 || n >= INT_MAX)
         return err_setf(e, ERR_USAGE, "cuda_argmax: rows=%d n=%lld", rows, (long long)n);
     return launch_clustered(c, k_argmax, (unsigned)rows, 1u, AM_THREADS, 0, e, "argmax", out, x, n);
+}
+
+/* The attention probe's mean phases (µs) since the last call, and the
+ * launches they cover; cleared. Trace builds only (else ERR_UNSUPPORTED). */
+extern "C" int cuda_attention_probe(cuda_ctx *c, double us[6], unsigned *n, err *e)
+{
+    (void)c;
+#ifdef STRATA_CUDA_TRACE
+    unsigned long long sum[AT_PROBES] = {0};
+    unsigned cnt = 0;
+    if (cudaMemcpyFromSymbol(sum, g_atp_sum, sizeof sum) != cudaSuccess ||
+        cudaMemcpyFromSymbol(&cnt, g_atp_n, sizeof cnt) != cudaSuccess)
+        return err_setf(e, ERR_IO, "cuda_attention_probe: reading the sums failed");
+    for (int i = 1; i < AT_PROBES; i++) us[i - 1] = cnt ? (double)sum[i] / cnt / 1e3 : 0.0;
+    *n = cnt;
+    const unsigned long long z[AT_PROBES] = {0};
+    const unsigned zn = 0;
+    if (cudaMemcpyToSymbol(g_atp_sum, z, sizeof z) != cudaSuccess || cudaMemcpyToSymbol(g_atp_n, &zn, sizeof zn) != cudaSuccess)
+        return err_setf(e, ERR_IO, "cuda_attention_probe: clearing the sums failed");
+    return 0;
+#else
+    (void)us, (void)n;
+    return err_setf(e, ERR_UNSUPPORTED, "cuda_attention_probe: a CUDA_TRACE=1 build only");
+#endif
 }
 
 CUDA_TRACE_BIND(layer)
