@@ -184,6 +184,28 @@ __global__ void __launch_bounds__(THREADS) k_read(const uint4 *p, size_t n16)
     if (x == 0x12345678u) g_sink = x;
 }
 
+// One phase of a PDL chain into the capture on st (a programmatic
+// dependent of the launch before unless it is the first): rows [r0, r0 + R)
+// of W, its scales and outputs at the same row offset, x from the R_prev
+// outputs before them (or x0 for the first).
+template <int RP>
+static void launch_phase(cudaStream_t st, size_t smem, const int8_t *W, const float *SC, const int8_t *X0, float *Y,
+                         size_t r0, int R, int rprev, int late)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(R / RP);
+    cfg.blockDim = dim3(THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = r0 ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, k_phase<RP>, W + r0 * K, (const float *)(SC + r0), X0,
+                          (const float *)(r0 ? Y + r0 - rprev : nullptr), Y + r0, late, rprev));
+}
+
 // ---- layer mode: ./resident layer [L] ----
 // The decode chain of the 30b-a3b shape at its fewest dependent phases, as
 // int8 rows of K = 2048 with a layer's real byte counts: q/k/v 5120 rows
@@ -249,20 +271,7 @@ static int layer_forms(int L)
         for (int l = 0; l < L; l++)
             for (int p = 0; p < np; p++) {
                 const int R = ps[p].R;
-                cudaLaunchConfig_t cfg = {};
-                cfg.gridDim = dim3(R / RP);
-                cfg.blockDim = dim3(THREADS);
-                cfg.dynamicSmemBytes = smA;
-                cfg.stream = st;
-                cudaLaunchAttribute at[1];
-                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                at[0].val.programmaticStreamSerializationAllowed = 1;
-                cfg.attrs = at;
-                cfg.numAttrs = off ? 1 : 0;
-                const int late = form == 1 ? 0 : ps[p].late;
-                CK(cudaLaunchKernelEx(&cfg, k_phase<RP>, (const int8_t *)(W + off * K), (const float *)(SC + off),
-                                      (const int8_t *)X0, (const float *)(off ? Y + off - rprev : nullptr), Y + off,
-                                      late, rprev));
+                launch_phase<RP>(st, smA, W, SC, X0, Y, off, R, rprev, form == 1 ? 0 : ps[p].late);
                 off += R;
                 rprev = R;
             }
@@ -353,21 +362,7 @@ int main(int argc, char **argv)
     cudaGraph_t gr;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int p = 0; p < P; p++) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(G);
-        cfg.blockDim = dim3(THREADS);
-        cfg.dynamicSmemBytes = smA;
-        cfg.stream = st;
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = p ? 1 : 0;
-        CK(cudaLaunchKernelEx(&cfg, k_phase<RPC>, (const int8_t *)(W + (size_t)p * R * K), (const float *)(SC + (size_t)p * R),
-                              (const int8_t *)X0, (const float *)(p ? Y + (size_t)(p - 1) * R : nullptr),
-                              Y + (size_t)p * R, 0, K));
-    }
+    for (int p = 0; p < P; p++) launch_phase<RPC>(st, smA, W, SC, X0, Y, (size_t)p * R, R, R, 0);
     CK(cudaStreamEndCapture(st, &gr));
     CK(cudaGraphInstantiate(&ge, gr, 0));
 
