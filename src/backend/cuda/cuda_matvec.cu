@@ -662,6 +662,25 @@ __host__ __device__ __forceinline__ size_t mv_act_bytes(int act, int k, int be)
  * and returns what the items read as xq: the unpacked quants, or gx itself
  * for RAW rows. */
 #define MV_UB 4
+/* The loop of mv_unpack over a row of n words W (uint32_t: Q8_K's, uint16_t:
+ * Q8_0's and Q8_1's 2-aligned blocks), each put to shared memory by put(v,
+ * word index): MV_UB loads a thread in flight before their stores. */
+template <typename W, typename Put>
+__device__ __forceinline__ void mv_unpack_words(const uint8_t *gx, int n, Put put)
+{
+    for (int w0 = threadIdx.x; w0 < n; w0 += MV_UB * blockDim.x) {
+        W v[MV_UB];
+#pragma unroll
+        for (int u = 0; u < MV_UB; u++) {
+            const uint8_t *p = gx + sizeof(W) * (size_t)min(w0 + u * (int)blockDim.x, n - 1);
+            if constexpr (sizeof(W) == 4) v[u] = qd_ld32(p);
+            else v[u] = qd_ld16(p);
+        }
+#pragma unroll
+        for (int u = 0; u < MV_UB; u++)
+            if (w0 + u * (int)blockDim.x < n) put(v[u], w0 + u * blockDim.x);
+    }
+}
 template <int QT>
 __device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s, int k, float **sxd, int16_t **sxbs)
 {
@@ -676,30 +695,14 @@ __device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s
      * for a K = 4096 Q8_0 row). A thread past the row's end loads its last
      * word again and stores nothing. */
     const int n = T::ACT == MV_ACT_Q8K ? nb * 73 : T::ACT == MV_ACT_Q80 ? nb * 17 : nb * 18;
-    if (T::ACT == MV_ACT_Q8K) {
-        for (int w0 = threadIdx.x; w0 < n; w0 += MV_UB * blockDim.x) {
-            uint32_t v[MV_UB];
-#pragma unroll
-            for (int u = 0; u < MV_UB; u++) v[u] = qd_ld32(gx + 4 * (size_t)min(w0 + u * (int)blockDim.x, n - 1));
-#pragma unroll
-            for (int u = 0; u < MV_UB; u++)
-                if (w0 + u * (int)blockDim.x < n) qd_put_q8_K(v[u], w0 + u * blockDim.x, sxq, *sxd, *sxbs);
-        }
-    } else if (T::ACT == MV_ACT_Q80 || T::ACT == MV_ACT_Q81) {
-        for (int w0 = threadIdx.x; w0 < n; w0 += MV_UB * blockDim.x) {
-            uint16_t v[MV_UB];
-#pragma unroll
-            for (int u = 0; u < MV_UB; u++) v[u] = qd_ld16(gx + 2 * (size_t)min(w0 + u * (int)blockDim.x, n - 1));
-#pragma unroll
-            for (int u = 0; u < MV_UB; u++)
-                if (w0 + u * (int)blockDim.x < n) {
-                    if (T::ACT == MV_ACT_Q80) qd_put_q8_0(v[u], w0 + u * blockDim.x, sxq, *sxd);
-                    else qd_put_q8_1(v[u], w0 + u * blockDim.x, sxq, *sxd, *sxbs);
-                }
-        }
-    } else {
+    if (T::ACT == MV_ACT_Q8K)
+        mv_unpack_words<uint32_t>(gx, n, [&](uint32_t v, int w) { qd_put_q8_K(v, w, sxq, *sxd, *sxbs); });
+    else if (T::ACT == MV_ACT_Q80)
+        mv_unpack_words<uint16_t>(gx, n, [&](uint16_t v, int w) { qd_put_q8_0(v, w, sxq, *sxd); });
+    else if (T::ACT == MV_ACT_Q81)
+        mv_unpack_words<uint16_t>(gx, n, [&](uint16_t v, int w) { qd_put_q8_1(v, w, sxq, *sxd, *sxbs); });
+    else
         return (const int8_t *)gx;
-    }
     return sxq;
 }
 
