@@ -77,10 +77,12 @@ struct cuda_trace_buf {
 static __device__ struct cuda_trace_buf *ct_buf;   /* one per .cu file */
 #define CUDA_TRACE_BIND(tu) \
     extern "C" int cuda_trace_bind_##tu(void *p) { return cudaMemcpyToSymbol(ct_buf, &p, sizeof p) != cudaSuccess; }
+/* a stamp the compiler keeps in place among the memory operations (the
+ * chain trace's and cuda_layer.cu's attention probe's) */
 __device__ __forceinline__ unsigned long long ct_now()
 {
     unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
     return t;
 }
 #else

@@ -609,18 +609,11 @@ __device__ unsigned long long g_atp_t[AT_PROBES];
 __device__ unsigned long long g_atp_sum[AT_PROBES];
 __device__ unsigned int g_atp_n;
 __device__ __forceinline__ bool at_probe_thread() { return (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x) == 0; }
-/* a stamp the compiler keeps in place among the memory operations */
-__device__ __forceinline__ unsigned long long at_now()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-    return t;
-}
-#define AT_PROBE(i) do { if (at_probe_thread()) g_atp_t[i] = at_now(); } while (0)
+#define AT_PROBE(i) do { if (at_probe_thread()) g_atp_t[i] = ct_now(); } while (0)
 __device__ __forceinline__ void at_probe_end()
 {
     if (!at_probe_thread()) return;
-    g_atp_t[AT_PROBES - 1] = at_now();
+    g_atp_t[AT_PROBES - 1] = ct_now();
     for (int i = 1; i < AT_PROBES; i++) atomicAdd(&g_atp_sum[i], g_atp_t[i] - g_atp_t[i - 1]);
     atomicAdd(&g_atp_n, 1u);
 }
@@ -856,7 +849,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
      * token, or a copy), complete before this grid can start (see
      * pdl_enter), and read from L2 (__ldcg); prefetches return nothing.
      * The RoPE table is built from it here too (shared memory only). */
-    const int n_kv = __ldcg(pos) + row0 + row + 1;
+    const int n_kv = __ldcg(pos) + row0 + row + 1, pnew = n_kv - 1;   /* pnew: the row's own position */
     const size_t rs = (size_t)n_head_kv * D;   /* cache row stride, elements */
     const size_t hoff = (size_t)hk * D;
     const int kes = kf16 ? 2 : 4, ves = vf16 ? 2 : 4;
@@ -873,7 +866,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
      * serial chains are off the path after the wait (decode 1.007x on the
      * H100, bench/RESULTS.md session 20) */
     if (pro.k)
-        rope_table(scs, ssn, pro.n_rot / 2, n_kv - 1, pro.theta_scale, pro.freq_scale, AT_THREADS - 1 - tid, AT_THREADS);
+        rope_table(scs, ssn, pro.n_rot / 2, pnew, pro.theta_scale, pro.freq_scale, AT_THREADS - 1 - tid, AT_THREADS);
     pdl_wait();   /* no launch_dependents: the next grid launches as this one's CTAs exit (pdl_wait) */
     AT_PROBE(1);
 
@@ -884,7 +877,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     /* the fused prologue (one query row): the row's position n_kv - 1 is
      * new; the CTA whose slice holds it builds its K/V rows, and the first
      * head group of its KV head stores them */
-    const int pnew = n_kv - 1, has_new = pro.k && j0 <= pnew && pnew < j1;
+    const int has_new = pro.k && j0 <= pnew && pnew < j1;
     const at_slice a = { kc, vc, kf16, vf16, rs, hoff, j0, j1, D, scale, has_new ? pnew : -1, snk, snv };
     auto fill = [&]() {
         if (pro.k) {
@@ -1304,16 +1297,15 @@ extern "C" int cuda_attention_probe(cuda_ctx *c, double us[6], unsigned *n, err 
 #ifdef STRATA_CUDA_TRACE
     unsigned long long sum[AT_PROBES] = {0};
     unsigned cnt = 0;
-    if (cudaMemcpyFromSymbol(sum, g_atp_sum, sizeof sum) != cudaSuccess ||
-        cudaMemcpyFromSymbol(&cnt, g_atp_n, sizeof cnt) != cudaSuccess)
-        return err_setf(e, ERR_IO, "cuda_attention_probe: reading the sums failed");
+    int r = cuda_fail(e, cudaMemcpyFromSymbol(sum, g_atp_sum, sizeof sum), "cuda_attention_probe: reading the sums");
+    if (!r) r = cuda_fail(e, cudaMemcpyFromSymbol(&cnt, g_atp_n, sizeof cnt), "cuda_attention_probe: reading the count");
+    if (r) return r;
     for (int i = 1; i < AT_PROBES; i++) us[i - 1] = cnt ? (double)sum[i] / cnt / 1e3 : 0.0;
     *n = cnt;
     const unsigned long long z[AT_PROBES] = {0};
     const unsigned zn = 0;
-    if (cudaMemcpyToSymbol(g_atp_sum, z, sizeof z) != cudaSuccess || cudaMemcpyToSymbol(g_atp_n, &zn, sizeof zn) != cudaSuccess)
-        return err_setf(e, ERR_IO, "cuda_attention_probe: clearing the sums failed");
-    return 0;
+    r = cuda_fail(e, cudaMemcpyToSymbol(g_atp_sum, z, sizeof z), "cuda_attention_probe: clearing the sums");
+    return r ? r : cuda_fail(e, cudaMemcpyToSymbol(g_atp_n, &zn, sizeof zn), "cuda_attention_probe: clearing the count");
 #else
     (void)us, (void)n;
     return err_setf(e, ERR_UNSUPPORTED, "cuda_attention_probe: a CUDA_TRACE=1 build only");
