@@ -1079,6 +1079,13 @@ static void bench(void)
         {"router F32 128x2048, 64 matrices", QTYPE_F32, 128, 2048, 64, 64},
         {"F16 2048x2048, 32 matrices", QTYPE_F16, 2048, 2048, 32, 32},
         {"BF16 2048x2048, 32 matrices", QTYPE_BF16, 2048, 2048, 32, 32},
+        /* the other tensors of a Q4_K_M file (llama.cpp's mix: Q6_K for
+         * attn_v and half the ffn_down, Q4_K for the rest of attention) */
+        {"experts down Q6_K 2048x768, 128 matrices", QTYPE_Q6_K, 2048, 768, 128, 128},
+        {"experts gate/up Q6_K 768x2048, 128 matrices", QTYPE_Q6_K, 768, 2048, 128, 128},
+        {"Wo Q4_K 2048x4096, 32 matrices", QTYPE_Q4_K, 2048, 4096, 32, 32},
+        {"q Q4_K 4096x2048, 32 matrices", QTYPE_Q4_K, 4096, 2048, 32, 32},
+        {"v Q6_K 512x2048, 64 matrices", QTYPE_Q6_K, 512, 2048, 64, 64},
     };
     printf("\n| case | weight MB read | median us | GB/s | of read probe | of copy |\n|---|---|---|---|---|---|\n");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
