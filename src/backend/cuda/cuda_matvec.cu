@@ -1085,8 +1085,9 @@ static int mv_check(const char *name, int64_t rows, int64_t k, int n, const void
  * 16-byte chunks: Q4_K 144 bytes (9), Q5_K 176 (11; the padding rule of
  * qd_co_rs16 holds for both, test_cuda_emu). A warp's pass holds rpw * nit
  * <= 32 blocks, so a lane copies at most NCH chunks. */
+__host__ __device__ constexpr bool mvd_co_type(int qt) { return qt == QTYPE_Q4_K || qt == QTYPE_Q5_K; }
 template <int QT> struct mvd_co_t {
-    static constexpr bool OK = QT == QTYPE_Q4_K || QT == QTYPE_Q5_K;
+    static constexpr bool OK = mvd_co_type(QT);
     static constexpr int NCH = mv_traits<QT>::BB / 16;
 };
 
@@ -1096,7 +1097,7 @@ template <int QT> struct mvd_co_t {
  * blocks of 144 bytes > 16 KB stops the doubling; checked, not assumed). */
 static bool mvd_co_ok(int qt, int64_t nit, int lg_s, int R)
 {
-    return (qt == QTYPE_Q4_K || qt == QTYPE_Q5_K) && nit <= (1 << lg_s) && R == MVD_WARPS * (32 >> lg_s);
+    return mvd_co_type(qt) && nit <= (1 << lg_s) && R == MVD_WARPS * (32 >> lg_s);
 }
 /* co's shared memory after the activation (16-aligned), all warps; a row's
  * stride qd_co_rs16 (cuda_qdot.cuh, checked on the CPU by test_cuda_emu) */
@@ -1271,7 +1272,7 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int S = 1 << lg_s, rpw = 32 >> lg_s;
-    /* coalesced Q4_K loads (mvd_co; the host's choice: mvd_co_ok): the
+    /* coalesced Q4_K / Q5_K loads (mvd_co; the host's choice: mvd_co_ok): the
      * warp's rows copied once to its buffer after the activations, each
      * row's blocks read there by all its items' dots */
     constexpr bool co = mvd_co_t<QT>::OK && CO;
