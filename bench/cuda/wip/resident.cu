@@ -38,6 +38,15 @@
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
+// the stream the graphs run on and the two events that time them
+static cudaError_t timing_setup(cudaStream_t *st, cudaEvent_t *e0, cudaEvent_t *e1)
+{
+    cudaError_t rc = cudaStreamCreate(st);
+    if (rc == cudaSuccess) rc = cudaEventCreate(e0);
+    if (rc == cudaSuccess) rc = cudaEventCreate(e1);
+    return rc;
+}
+
 __device__ __forceinline__ void cp16(void *s, const void *g)
 {
     const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
@@ -252,10 +261,8 @@ static int layer_forms(int L)
     const size_t smA = RP * K + K;
     CK(cudaFuncSetAttribute(k_phase<RP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smA));
     cudaStream_t st;
-    CK(cudaStreamCreate(&st));
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    CK(timing_setup(&st, &e0, &e1));
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("resident layer: %s, %d layers, %d rows a CTA\n", prop.name, L, RP);
@@ -353,10 +360,8 @@ int main(int argc, char **argv)
            prop.multiProcessorCount, occ, smB, G, occ * prop.multiProcessorCount >= G ? "co-resident" : "NOT co-resident");
     if (occ * prop.multiProcessorCount < G) return 1;
     cudaStream_t st;
-    CK(cudaStreamCreate(&st));
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    CK(timing_setup(&st, &e0, &e1));
 
     // the pdl chain as a graph
     cudaGraph_t gr;
