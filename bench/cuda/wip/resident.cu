@@ -47,6 +47,19 @@ static cudaError_t timing_setup(cudaStream_t *st, cudaEvent_t *e0, cudaEvent_t *
     return rc;
 }
 
+// ms between two events around what enqueue() puts on st
+template <typename F>
+static float timed(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, F enqueue)
+{
+    float ms;
+    CK(cudaEventRecord(e0, st));
+    enqueue();
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms;
+}
+
 __device__ __forceinline__ void cp16(void *s, const void *g)
 {
     const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
@@ -193,6 +206,12 @@ __global__ void __launch_bounds__(THREADS) k_read(const uint4 *p, size_t n16)
     if (x == 0x12345678u) g_sink = x;
 }
 
+// every byte of W (n16 16-byte words) read once: the bytes alone
+static void launch_read(cudaStream_t st, const int8_t *W, size_t n16)
+{
+    k_read<<<(unsigned)((n16 + THREADS * 8 - 1) / (THREADS * 8)), THREADS, 0, st>>>((const uint4 *)W, n16);
+}
+
 // One phase of a PDL chain into the capture on st (a programmatic
 // dependent of the launch before unless it is the first): rows [r0, r0 + R)
 // of W, its scales and outputs at the same row offset, x from the R_prev
@@ -287,18 +306,13 @@ static int layer_forms(int L)
         float best = 1e30f, bestr = 1e30f;
         const size_t n16 = (size_t)L * lb / 16;
         for (int r = 0; r < 20; r++) {
-            float ms;
-            CK(cudaEventRecord(e0, st));
-            CK(cudaGraphLaunch(ge, st));
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            CK(cudaEventElapsedTime(&ms, e0, e1));
+            float ms = timed(st, e0, e1, [&]() {
+                CK(cudaGraphLaunch(ge, st));
+            });
             best = ms < best ? ms : best;
-            CK(cudaEventRecord(e0, st));
-            k_read<<<(unsigned)((n16 + THREADS * 8 - 1) / (THREADS * 8)), THREADS, 0, st>>>((const uint4 *)W, n16);
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            CK(cudaEventElapsedTime(&ms, e0, e1));
+            ms = timed(st, e0, e1, [&]() {
+                launch_read(st, W, n16);
+            });
             bestr = ms < bestr ? ms : bestr;
         }
         static const char *fn[4] = {"six phases, experts' rows after the wait", "six phases, every row before the wait",
@@ -375,22 +389,17 @@ int main(int argc, char **argv)
     int differ = 0;
     float best[4] = {1e30f, 1e30f, 1e30f, 1e30f};
     for (int r = 0; r < reps; r++) {
-        float ms;
-        CK(cudaEventRecord(e0, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        float ms = timed(st, e0, e1, [&]() {
+            CK(cudaGraphLaunch(ge, st));
+        });
         best[0] = ms < best[0] ? ms : best[0];
         for (int v = 0; v < 2; v++) {
             CK(cudaMemsetAsync(cnt, 0, sizeof(unsigned) * P, st));
-            CK(cudaEventRecord(e0, st));
-            if (v == 0) k_resident<true><<<G, THREADS, smB, st>>>(W, SC, X0, Y2, P, cnt);
-            else k_resident<false><<<G, THREADS, smB, st>>>(W, SC, X0, Y2, P, cnt);
-            CK(cudaGetLastError());
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            CK(cudaEventElapsedTime(&ms, e0, e1));
+            ms = timed(st, e0, e1, [&]() {
+                if (v == 0) k_resident<true><<<G, THREADS, smB, st>>>(W, SC, X0, Y2, P, cnt);
+                else k_resident<false><<<G, THREADS, smB, st>>>(W, SC, X0, Y2, P, cnt);
+                CK(cudaGetLastError());
+            });
             best[1 + v] = ms < best[1 + v] ? ms : best[1 + v];
             if (r == 0) {   // the last phase's outputs against the pdl chain's
                 std::vector<float> ya(R), yb(R);
@@ -400,11 +409,9 @@ int main(int argc, char **argv)
             }
         }
         const size_t n16 = wbytes / 16;
-        CK(cudaEventRecord(e0, st));
-        k_read<<<(unsigned)((n16 + THREADS * 8 - 1) / (THREADS * 8)), THREADS, 0, st>>>((const uint4 *)W, n16);
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        ms = timed(st, e0, e1, [&]() {
+            launch_read(st, W, n16);
+        });
         best[3] = ms < best[3] ? ms : best[3];
     }
     int to = 0;
