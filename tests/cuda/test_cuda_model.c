@@ -826,7 +826,7 @@ static int bench_trace(const char *path, int at_cluster, int at_heads)
     if (!rc) rc = cuda_attention_probe(cu, atp, &atn, &e);
     if (!rc)
         printf("trace: attention probe (CTA 0, spread path, %u launches), mean us: entry -> wait %.2f, -> prologue %.2f, "
-               "-> tile loop %.2f, -> sends %.2f, -> cluster barrier %.2f, -> output stored %.2f\n",
+               "-> tile loop %.2f, -> sends %.2f, -> merge received %.2f, -> output stored %.2f\n",
                atn, atp[0], atp[1], atp[2], atp[3], atp[4], atp[5]);
     if (!rc && nrec != NT * K)
         rc = err_setf(&e, ERR_INTERNAL, "%d graph tokens recorded %d kernels, not %d x %d", NT, nrec, NT, K);

@@ -321,7 +321,7 @@ int  cuda_matvec_xquant_ok(int wtype);
 int  cuda_matvec_xnorm_ok(int wtype);
 /* The decode attention's phases in a CUDA_TRACE=1 build (its CTA 0, the
  * spread path): mean µs entry -> wait return, -> prologue done, -> tile
- * loop done, -> cluster sends done, -> cluster barrier, -> output stored,
+ * loop done, -> cluster sends done, -> the merge received (its mbarrier), -> output stored,
  * over *n launches since the last call (then cleared). Else ERR_UNSUPPORTED. */
 int  cuda_attention_probe(cuda_ctx *c, double us[6], unsigned *n, err *e);
 

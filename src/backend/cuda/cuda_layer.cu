@@ -557,41 +557,90 @@ __device__ __forceinline__ void at_prologue(const at_pro &pro, const float *qr, 
  * GB heads is owned by rank (t/256) % ncl, at index i = (t/(256 ncl))*256 +
  * t%256 of that rank's receive rows (nown = ceil(GB*D / (256 ncl)) * 256
  * elements a row; ncl rows fit AT_XMAX floats: nown*ncl <= 4096 for GB*D
- * <= 2048). Every CTA with a non-empty slice stores its accumulator of t
- * (rescaled to its own max M) into row `rank` of t's owner (distributed
- * shared memory stores: no round trip), and every CTA stores its (M, L)
- * into every rank's rM/rL[rank] (M = -inf: an empty slice, its row never
- * read). One cluster barrier (release/acquire) then makes them visible,
- * and each owner combines its outputs from its own shared memory, in rank
- * order: num = sum_r acc_r * expf(M_r - M), den = sum_r L_r * expf(M_r -
- * M), out = num / den. Nothing reads another CTA's shared memory after
- * the barrier, so a CTA may exit as soon as it has combined. A CTA's
- * shared memory may be written by another only once it has started:
- * every thread arrives (relaxed) on the cluster barrier first thing
- * (at_started_arrive) and waits on it (at_started_wait) before its first
+ * <= 2048). A rank owning at least one element is an owner. Every CTA
+ * stores its accumulator of every t (rescaled to its own max M; zeros for
+ * an empty slice, whose M = -inf keeps its row unread) into row `rank` of
+ * t's owner, and its (M, L) into every owner's rM/rL[rank], all by
+ * st.async: each store counts its bytes on the owner's mbarrier, which
+ * its thread 0 armed at the kernel's start with every byte it will
+ * receive (at_mbar_init). The owner waits on its own mbarrier (no
+ * cluster-wide barrier: a release of every CTA's writes at cluster scope
+ * cost 0.55 µs a launch, bench/RESULTS.md session 21) and combines its
+ * outputs from its own shared memory, in rank order: num = sum_r acc_r *
+ * expf(M_r - M), den = sum_r L_r * expf(M_r - M), out = num / den. A
+ * non-owner is done once it has sent; an owner's shared memory outlives
+ * every store into it (it waits for all their bytes). A CTA's shared
+ * memory may be written by another only once it has started (its
+ * mbarrier initialized): every thread arrives (relaxed) on the cluster
+ * barrier first thing (at_started_arrive, after thread 0's mbarrier
+ * init and its fence) and waits on it (at_started_wait) before its first
  * store into another CTA; by then the others have long arrived, so the
- * wait costs ~nothing. */
+ * wait costs ~nothing. A launch of one-CTA clusters (a device without
+ * clusters, or a test's forced size) stores into its own shared memory
+ * and waits on __syncthreads: st.async needs a cluster of 2 CTAs or more. */
 #define AT_XMAX (CL_MAX * 256)
 __device__ __forceinline__ void at_started_arrive() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
 __device__ __forceinline__ void at_started_wait() { asm volatile("barrier.cluster.wait;" ::: "memory"); }
+__device__ __forceinline__ unsigned at_smem(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+/* The elements rank o owns of tot = GB*D. */
+__device__ __forceinline__ int at_owned(int o, int ncl, int tot)
+{
+    int n = 0;
+    for (int b = o; 256 * b < tot; b += ncl) n += min(256, tot - 256 * b);
+    return n;
+}
+/* Thread 0, first thing: the mbarrier armed for one arrival (its own) and
+ * the bytes this rank will receive as an owner: ncl rows of its elements
+ * and ncl (M, L) pairs a head; a non-owner arms nothing and never waits. */
+__device__ __forceinline__ void at_mbar_init(uint64_t *bar, int rank, int ncl, int tot, int gb)
+{
+    const int own = at_owned(rank, ncl, tot);
+    if (!own || ncl == 1) return;
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(at_smem(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    const unsigned bytes = (unsigned)(ncl * (own + 2 * gb) * 4);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(at_smem(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void at_mbar_wait(uint64_t *bar)
+{
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "AT_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], 0;\n\t"
+                 "@!p bra AT_WAIT_%=;\n}" ::"r"(at_smem(bar)) : "memory");
+}
 template <int GB>
 struct at_xfer {
-    cg::cluster_group cl;
     int rank, ncl, nown, D;
     float *sx;                        /* receive rows [ncl][nown] */
     float (*rM)[GB], (*rL)[GB];       /* received (M, L) [CL_MAX][GB] */
+    uint64_t *bar;                    /* the owners' mbarrier */
     /* 4 accumulators t..t+3 (t a multiple of 4, D a multiple of 8: one
      * head, one owner) */
     __device__ __forceinline__ void send4(int t, float4 v) const
     {
         const int b = t >> 8, owner = b % ncl;
-        float *dst = cl.map_shared_rank(sx, owner) + rank * nown + (b / ncl) * 256 + (t & 255);
-        *(float4 *)dst = v;
+        float *dst = sx + rank * nown + (b / ncl) * 256 + (t & 255);
+        if (ncl == 1) { *(float4 *)dst = v; return; }   /* no cluster: st.async needs 2 CTAs or more */
+        const unsigned la = at_smem(dst);
+        unsigned ra, rb;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(la), "r"(owner));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(at_smem(bar)), "r"(owner));
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+                     ::"r"(ra), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(rb) : "memory");
     }
+    /* (M, L) of head g to rank r, if r owns anything */
     __device__ __forceinline__ void send_ml(int r, int g, float M, float L) const
     {
-        cl.map_shared_rank(&rM[0][0], r)[rank * GB + g] = M;
-        cl.map_shared_rank(&rL[0][0], r)[rank * GB + g] = L;
+        if (!at_owned(r, ncl, GB * D)) return;
+        if (ncl == 1) { rM[rank][g] = M; rL[rank][g] = L; return; }
+        unsigned rm, rl, rb;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rm) : "r"(at_smem(&rM[rank][g])), "r"(r));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rl) : "r"(at_smem(&rL[rank][g])), "r"(r));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(at_smem(bar)), "r"(r));
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+                     ::"r"(rm), "f"(M), "r"(rb) : "memory");
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+                     ::"r"(rl), "f"(L), "r"(rb) : "memory");
     }
 };
 
@@ -599,7 +648,7 @@ struct at_xfer {
  * of CTA (0, 0, 0) stamps %globaltimer at the kernel's entry, its wait's
  * return, the prologue's end (q normed and rotated, the new K/V row
  * stored), the end of the spread path's tile loop, its sends to the
- * cluster, the cluster barrier's return, and the output's store; a launch
+ * cluster, the return of its wait for the merge (mbarrier), and the output's store; a launch
  * that took the spread path adds the differences to g_atp_sum
  * (cuda_attention_probe reads and clears them). Its stores and atomics
  * come after the last stamp but before the CTA exits: read the phases, not
@@ -625,9 +674,13 @@ __device__ __forceinline__ void at_probe_end() {}
 template <int GB>
 __device__ __forceinline__ void attn_combine(const at_xfer<GB> &x, float *orow)
 {
-    x.cl.sync();
-    AT_PROBE(5);
     const int tot = GB * x.D;
+    if (x.ncl == 1) __syncthreads();   /* one CTA: its own stores (at_xfer) */
+    else {
+        if (!at_owned(x.rank, x.ncl, tot)) return;
+        at_mbar_wait(x.bar);
+    }
+    AT_PROBE(5);
     for (int t = x.rank * AT_THREADS + (int)threadIdx.x, k = 0; t < tot; t += x.ncl * AT_THREADS, k++) {
         const int g = t / x.D, i = k * AT_THREADS + (int)threadIdx.x;
         float M = -INFINITY;
@@ -801,7 +854,7 @@ __device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB>
         for (int g = 0; g < GB; g++)
 #pragma unroll
             for (int u = 0; u < 4; u++) acc[g][u] += __shfl_xor_sync(0xffffffffu, acc[g][u], o);
-    if (j0 < j1 && pg == 0)
+    if (pg == 0)   /* an empty slice's accumulators are 0 */
 #pragma unroll
         for (int g = 0; g < GB; g++)
             x.send4(g * DT + warp * C + dq * 4, make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]));
@@ -830,14 +883,16 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     __shared__ __align__(16) float sx[AT_XMAX];
     __shared__ float rM[CL_MAX][GB], rL[CL_MAX][GB];
     __shared__ float swm[AT_WARPS][GB], swl[AT_WARPS][GB];
+    __shared__ __align__(8) uint64_t sbar;   /* the merge's mbarrier (owners) */
     /* the fused prologue's new K and V rows and RoPE table */
     __shared__ __align__(16) float snk[AT_DMAX], snv[AT_DMAX], scs[AT_DMAX / 2], ssn[AT_DMAX / 2];
 
     AT_PROBE(0);
-    at_started_arrive();   /* see at_xfer */
     cg::cluster_group cl = cg::this_cluster();
     const int rank = (int)cl.block_rank(), ncl = (int)cl.num_blocks();
     const int D = DT ? DT : d_rt;
+    if (threadIdx.x == 0) at_mbar_init(&sbar, rank, ncl, GB * D, GB);
+    at_started_arrive();   /* see at_xfer */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int G = n_head / n_head_kv;
     const int h0 = blockIdx.y * GB, hk = h0 / G, row = blockIdx.z;
@@ -873,7 +928,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     const float *qr = q + (size_t)row * n_head * D + (size_t)h0 * D;
     float *orow = out + (size_t)row * n_head * D + (size_t)h0 * D;
     const int nown = (GB * D + AT_THREADS * ncl - 1) / (AT_THREADS * ncl) * AT_THREADS;
-    const at_xfer<GB> x = { cl, rank, ncl, nown, D, sx, rM, rL };
+    const at_xfer<GB> x = { rank, ncl, nown, D, sx, rM, rL, &sbar };
     /* the fused prologue (one query row): the row's position n_kv - 1 is
      * new; the CTA whose slice holds it builds its K/V rows, and the first
      * head group of its KV head stores them */
@@ -1043,11 +1098,10 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     }
     /* send the merged accumulators to their owners (4 consecutive
      * elements of one head: D is a multiple of 8) */
-    if (j0 < j1)
-        for (int t = 4 * tid; t < GB * D; t += 4 * AT_THREADS) {
-            const int g = t / D, d = t - g * D;
-            x.send4(t, *(const float4 *)(sacc + g * DM + d));
-        }
+    for (int t = 4 * tid; t < GB * D; t += 4 * AT_THREADS) {   /* an empty slice sends zeros (unread: M = -inf) */
+        const int g = t / D, d = t - g * D;
+        x.send4(t, j0 < j1 ? *(const float4 *)(sacc + g * DM + d) : make_float4(0.f, 0.f, 0.f, 0.f));
+    }
     attn_combine<GB>(x, orow);
 }
 

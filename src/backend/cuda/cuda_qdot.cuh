@@ -16,9 +16,9 @@
  *   Q4_K: 1 item a block (qd_block_q4_K): the 8 sub-blocks' integer dots
  *         and their activation sums scaled by the block's 6-bit scales
  *         and mins; returns d*dx * isum - dmin*dx * msum
- *   Q6_K: 16 items a block: (hh = 128-weight half, l = 4 * 0..7): 4 weights
+ *   Q6_K: 8 items a block: (hh = 128-weight half, l = 8 * 0..3): 8 weights
  *         at each of l, l+32, l+64, l+96 of the half; returns
- *         d*dx * sum_k scale_k * dot4(q_k - 32, x_k)
+ *         d*dx * sum_k scale_k * dot8(q_k - 32, x_k)
  *   Q5_K: 1 item a block (qd_block_q5_K), as Q4_K with the 5th bits of
  *         the quants from qh
  *   Q8_0: 2 items a block: (h = 16-quant half); returns d*dx * dot16
@@ -162,7 +162,7 @@ QD_HD uint32_t qd_vsub4(uint32_t a, uint32_t b)
 #endif
 }
 
-#define QD_Q6K_ITEMS 16
+#define QD_Q6K_ITEMS 8
 #define QD_Q80_ITEMS 2
 #define QD_Q40_ITEMS 2
 #define QD_Q5K_BYTES 176   /* f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128] */
@@ -292,28 +292,51 @@ QD_HD float qd_block_q5_K(const uint8_t *wrow, const int8_t *xq, const float *xd
     return qd_block_k45<1>(wrow, xq, xd, xbs, blk);
 }
 
-/* wrow: 2-byte aligned. xq 16-aligned. The a2 loads read whole aligned
- * words, at most bytes bp - 2 .. bp + 195 of a 210-byte block: never past
- * the row's last block, and before the block only inside the word that
- * holds its first byte (so never outside the allocation). */
+/* 8 bytes at a 2-aligned address: the three aligned words from p's own
+ * (p - (p & 3) .. p - (p & 3) + 11), two funnel shifts. Before p it reads
+ * only inside p's word (as qd_ld32_a2); past p + 8 at most 4 bytes (p
+ * aligned: the third word is wholly past, and unused). */
+QD_HD void qd_ld64_a2(const uint8_t *p, uint32_t *lo, uint32_t *hi)
+{
+#ifdef __CUDA_ARCH__
+    const unsigned sh = (unsigned)((uintptr_t)p & 3);
+    const uint32_t *w = (const uint32_t *)(p - sh);
+    const uint32_t a = w[0], b = w[1], c = w[2];
+    *lo = __funnelshift_r(a, b, sh * 8);
+    *hi = __funnelshift_r(b, c, sh * 8);
+#else
+    memcpy(lo, p, 4);
+    memcpy(hi, p + 4, 4);
+#endif
+}
+
+/* wrow: 2-byte aligned. xq 16-aligned. Item it: block it / 8, half hh,
+ * l = 8 * (it % 4): 8 weights at each of l, l+32, l+64, l+96 of the half
+ * (one 16-weight scale each: l..l+7 share l >> 4). The a2 loads read whole
+ * aligned words, at most bytes bp - 2 .. bp + 195 of a 210-byte block:
+ * never past the row's last block, and before the block only inside the
+ * word that holds its first byte (so never outside the allocation). */
 QD_HD float qd_item_q6_K(const uint8_t *wrow, const int8_t *xq, const float *xd, const int16_t *xbs, int it)
 {
     (void)xbs;
-    const int blk = it >> 4, hh = (it >> 3) & 1, l = (it & 7) * 4;
+    const int blk = it >> 3, hh = (it >> 2) & 1, l = (it & 3) * 8;
     const uint8_t *bp = wrow + blk * 210;
-    const uint32_t ql0 = qd_ld32_a2(bp + 64 * hh + l), ql1 = qd_ld32_a2(bp + 64 * hh + 32 + l);
-    const uint32_t qh = qd_ld32_a2(bp + 128 + 32 * hh + l);
+    uint32_t ql0[2], ql1[2], qh[2];
+    qd_ld64_a2(bp + 64 * hh + l, &ql0[0], &ql0[1]);
+    qd_ld64_a2(bp + 64 * hh + 32 + l, &ql1[0], &ql1[1]);
+    qd_ld64_a2(bp + 128 + 32 * hh + l, &qh[0], &qh[1]);
     const uint32_t k32 = 0x20202020u;
-    const uint32_t w0 = qd_vsub4((ql0 & 0x0f0f0f0fu) | ((qh & 0x03030303u) << 4), k32);
-    const uint32_t w1 = qd_vsub4((ql1 & 0x0f0f0f0fu) | (((qh >> 2) & 0x03030303u) << 4), k32);
-    const uint32_t w2 = qd_vsub4(((ql0 >> 4) & 0x0f0f0f0fu) | (((qh >> 4) & 0x03030303u) << 4), k32);
-    const uint32_t w3 = qd_vsub4(((ql1 >> 4) & 0x0f0f0f0fu) | (((qh >> 6) & 0x03030303u) << 4), k32);
     const uint8_t *xs = (const uint8_t *)xq + blk * 256 + 128 * hh + l;
     const int8_t *sc = (const int8_t *)(bp + 192) + 8 * hh + (l >> 4);
-    int isum = sc[0] * qd_dp4a(w0, qd_ld32(xs), 0);
-    isum += sc[2] * qd_dp4a(w1, qd_ld32(xs + 32), 0);
-    isum += sc[4] * qd_dp4a(w2, qd_ld32(xs + 64), 0);
-    isum += sc[6] * qd_dp4a(w3, qd_ld32(xs + 96), 0);
+    int d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    for (int h = 0; h < 2; h++) {
+        const uint32_t a = ql0[h], b = ql1[h], q = qh[h];
+        d0 = qd_dp4a(qd_vsub4((a & 0x0f0f0f0fu) | ((q & 0x03030303u) << 4), k32), qd_ld32(xs + 4 * h), d0);
+        d1 = qd_dp4a(qd_vsub4((b & 0x0f0f0f0fu) | (((q >> 2) & 0x03030303u) << 4), k32), qd_ld32(xs + 32 + 4 * h), d1);
+        d2 = qd_dp4a(qd_vsub4(((a >> 4) & 0x0f0f0f0fu) | (((q >> 4) & 0x03030303u) << 4), k32), qd_ld32(xs + 64 + 4 * h), d2);
+        d3 = qd_dp4a(qd_vsub4(((b >> 4) & 0x0f0f0f0fu) | (((q >> 6) & 0x03030303u) << 4), k32), qd_ld32(xs + 96 + 4 * h), d3);
+    }
+    const int isum = sc[0] * d0 + sc[2] * d1 + sc[4] * d2 + sc[6] * d3;
     const float d = qd_h2f(qd_ld16(bp + 208)) * xd[blk];
     return d * (float)isum;
 }
