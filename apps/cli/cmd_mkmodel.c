@@ -29,6 +29,9 @@ static void usage(FILE *f)
         "                       q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K\n"
         "  --type-experts T --type-attn T --type-embd T --type-output T --type-router T\n"
         "                       type of one group (norms are always f32)\n"
+        "  --ftype F            llama-quantize's mixture for this shape: q4_K_M or q5_K_M (base\n"
+        "                       q4_K / q5_K; attn_v and ffn_down_exps q6_K in a half of the layers,\n"
+        "                       output q6_K), as `llama-quantize MODEL OUT Q4_K_M` picks the types\n"
         "  --tied               no output.weight: the head reuses token_embd\n"
         "  --route-skew S       Zipf exponent of expert popularity (default 0 = none)\n"
         "  -t, --threads N      generation threads (default: all CPUs)\n"
@@ -98,6 +101,8 @@ int cmd_mkmodel(int argc, char **argv)
         if (handled) continue;
         if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(o.path = cli_value("mkmodel", argc, argv, &i))) return CLI_USAGE;
+        } else if (!strcmp(a, "--ftype")) {
+            if (!(o.ftype = cli_value("mkmodel", argc, argv, &i))) return CLI_USAGE;
         } else if (!strcmp(a, "--preset")) {
             if (!(o.preset = cli_value("mkmodel", argc, argv, &i))) return CLI_USAGE;
         } else if (!strcmp(a, "--seed")) {

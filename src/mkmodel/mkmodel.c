@@ -26,6 +26,7 @@
 #include "mkmodel/randw.h"
 #include "mkmodel/skew.h"
 #include "quant/quant.h"
+#include "quant/quantize_model.h"
 #include "quant/qtype.h"
 #include "tokenizer/tokenizer.h"
 #include "util/cpu.h"
@@ -51,6 +52,7 @@ typedef struct mk_cfg {
     int tied;
     double skew;
     int skew_dims;                                /* s: the skew channel's width; 0 without skew */
+    int mix;                                      /* -1, or the llama_ftype whose types llama-quantize picks */
 } mk_cfg;
 
 /* tiny: unit tests and the float64 oracle, f32 everywhere, ~0.5 MB.
@@ -61,13 +63,13 @@ typedef struct mk_cfg {
  *   (qwen3next's linear-attention layers are another architecture). */
 static const mk_cfg k_presets[] = {
     { "tiny",    0, 2,  8,   2,  64,   32,  4,  2, 16,  512,   256,
-      QTYPE_F32, QTYPE_F32, QTYPE_F32, QTYPE_F32, QTYPE_F32, 0, 0, 0 },
+      QTYPE_F32, QTYPE_F32, QTYPE_F32, QTYPE_F32, QTYPE_F32, 0, 0, 0, 0 },
     { "small",   0, 8,  128, 8,  512,  256, 8,  2, 64,  8192,  4096,
-      QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_Q6_K, QTYPE_Q6_K, QTYPE_F32, 0, 0, 0 },
+      QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_Q6_K, QTYPE_Q6_K, QTYPE_F32, 0, 0, 0, 0 },
     { "30b-a3b", 0, 48, 128, 8,  2048, 768, 32, 4, 128, 32768, 40960,
-      QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_Q6_K, QTYPE_Q6_K, QTYPE_F32, 0, 0, 0 },
+      QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_Q6_K, QTYPE_Q6_K, QTYPE_F32, 0, 0, 0, 0 },
     { "80b-a3b", 0, 48, 512, 10, 2048, 512, 16, 2, 256, 32768, 262144,
-      QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_Q6_K, QTYPE_Q6_K, QTYPE_F32, 0, 0, 0 },
+      QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_Q6_K, QTYPE_Q6_K, QTYPE_F32, 0, 0, 0, 0 },
 };
 
 /* strata's own ChatML chat template (Jinja, as tokenizer.chat_template
@@ -165,6 +167,14 @@ static int resolve(const mkmodel_opts *o, mk_cfg *c, err *e)
     rc |= parse_type(o->type_output, "--type-output", &c->t_out, e);
     rc |= parse_type(o->type_router, "--type-router", &c->t_router, e);
     if (rc) return ERR_USAGE;
+    c->mix = -1;
+    if (o->ftype) {
+        if (o->type || o->type_experts || o->type_attn || o->type_embd || o->type_output)
+            return err_setf(e, ERR_USAGE, "--ftype %s picks the matrices' types: drop --type, --type-experts, "
+                            "--type-attn, --type-embd and --type-output (--type-router still applies)", o->ftype);
+        if ((c->mix = quantize_ftype_from_name(o->ftype)) < 0)
+            return err_setf(e, ERR_USAGE, "--ftype '%s' is not one of %s", o->ftype, quantize_type_names());
+    }
     c->tied = o->tied ? 1 : 0;
     c->skew = o->route_skew;
 
@@ -192,6 +202,7 @@ static int resolve(const mkmodel_opts *o, mk_cfg *c, err *e)
  * expert type, the "_M" variant when other matrices differ from it. */
 static uint32_t ftype_of(const mk_cfg *c)
 {
+    if (c->mix >= 0) return (uint32_t)c->mix;
     int mixed = c->t_attn != c->t_exp || c->t_embd != c->t_exp || c->t_out != c->t_exp;
     switch (c->t_exp) {
     case QTYPE_F32:  return 0;
@@ -274,6 +285,16 @@ static int fit_type(int want, int64_t ne0)
     return QTYPE_F16;
 }
 
+/* A matrix's type: with --ftype, llama-quantize's choice (quantize_picker:
+ * strata quantize's rules; the plan's layer-by-layer order gives its
+ * attn_v and ffn_down counters llama.cpp's values); the router and norms
+ * keep theirs (llama-quantize never quantizes them). Negative: an error. */
+static int plan_type(quantize_picker *pk, int kind, int want, const char *name, int n_dims, int64_t ne0, err *e)
+{
+    if (!pk || kind == MK_NORM || kind == MK_ROUTER) return want;
+    return quantize_picker_type(pk, name, n_dims, ne0, QTYPE_F32, e);
+}
+
 static int plan_add(mk_plan *p, int cap, int kind, int type, int layer, float std, int n_dims,
                     int64_t ne0, int64_t ne1, int64_t ne2, const char *name, err *e)
 {
@@ -323,10 +344,23 @@ static int plan_build(mk_plan *p, err *e)
     const float res = embd_std / sqrtf((float)c->n_layer);
     const float in_e = 1.0f / sqrtf((float)E);
     char nm[64];
-    int rc = plan_add(p, cap, MK_EMBD, c->t_embd, -1, embd_std, 2, E, V, 1, "token_embd.weight", e);
+    quantize_picker *pk = NULL;
+    if (c->mix >= 0) {
+        const quantize_model_info mi = { MK_ARCH, c->n_layer, c->n_expert, c->n_head, c->n_head_kv, c->tied,
+                                         c->n_layer };
+        const int r = quantize_picker_open(&pk, quantize_ftype_name(c->mix), &mi, e);
+        if (r) return r;
+    }
+    int rc = 0, ty;
+    /* one tensor: name nm (fmt with layer l), its type, then the plan */
+#define ADD_NAMED(kind, type, l, std, nd, a, b, d) do { \
+        if (rc == 0 && (rc = ty = plan_type(pk, kind, type, nm, nd, a, e)) >= 0) \
+            rc = plan_add(p, cap, kind, ty, l, std, nd, a, b, d, nm, e); } while (0)
 #define ADD(kind, type, std, nd, a, b, d, fmt) do { \
         snprintf(nm, sizeof nm, fmt, l); \
-        if (rc == 0) rc = plan_add(p, cap, kind, type, l, std, nd, a, b, d, nm, e); } while (0)
+        ADD_NAMED(kind, type, l, std, nd, a, b, d); } while (0)
+    snprintf(nm, sizeof nm, "token_embd.weight");
+    ADD_NAMED(MK_EMBD, c->t_embd, -1, embd_std, 2, E, V, 1);
     for (int l = 0; rc == 0 && l < c->n_layer; l++) {
         ADD(MK_NORM, QTYPE_F32, 1, 1, E, 1, 1, "blk.%d.attn_norm.weight");
         ADD(MK_MAT, c->t_attn, in_e, 2, E, Q, 1, "blk.%d.attn_q.weight");
@@ -341,9 +375,13 @@ static int plan_build(mk_plan *p, err *e)
         ADD(MK_EXP, c->t_exp, in_e, 3, E, F, X, "blk.%d.ffn_up_exps.weight");
         ADD(MK_EXP_RES, c->t_exp, res / sqrtf((float)F), 3, F, E, X, "blk.%d.ffn_down_exps.weight");
     }
+    snprintf(nm, sizeof nm, "output_norm.weight");
+    ADD_NAMED(MK_NORM, QTYPE_F32, -1, 1, 1, E, 1, 1);
+    snprintf(nm, sizeof nm, "output.weight");
+    if (!c->tied) ADD_NAMED(MK_MAT, c->t_out, -1, in_e, 2, E, V, 1);
 #undef ADD
-    if (rc == 0) rc = plan_add(p, cap, MK_NORM, QTYPE_F32, -1, 1, 1, E, 1, 1, "output_norm.weight", e);
-    if (rc == 0 && !c->tied) rc = plan_add(p, cap, MK_MAT, c->t_out, -1, in_e, 2, E, V, 1, "output.weight", e);
+#undef ADD_NAMED
+    quantize_picker_close(pk);
     return rc;
 }
 
@@ -880,9 +918,22 @@ static int probe_types(const mk_plan *p, err *e)
 static void report_types(FILE *f, const mk_plan *p)
 {
     const mk_cfg *c = &p->c;
-    fprintf(f, "  types    experts %s, attention %s, embeddings %s, output %s, router %s, norms f32\n",
-            qtype_name(c->t_exp), qtype_name(c->t_attn), qtype_name(c->t_embd),
-            c->tied ? "(tied)" : qtype_name(c->t_out), qtype_name(c->t_router));
+    if (c->mix >= 0) {
+        /* matrices by type, in qtype id order */
+        fprintf(f, "  types    %s as llama-quantize picks them:", quantize_ftype_name(c->mix));
+        const char *sep = " ";
+        for (int t = 0; t < QTYPE_MAX_ID; t++) {
+            int n = 0;
+            for (int i = 0; i < p->n_t; i++)
+                n += p->t[i].type == t && p->t[i].kind != MK_NORM && p->t[i].kind != MK_ROUTER;
+            if (n) fprintf(f, "%s%s %d", sep, qtype_name(t), n);
+            if (n) sep = ", ";
+        }
+        fprintf(f, " matrices; router %s, norms f32\n", qtype_name(c->t_router));
+    } else
+        fprintf(f, "  types    experts %s, attention %s, embeddings %s, output %s, router %s, norms f32\n",
+                qtype_name(c->t_exp), qtype_name(c->t_attn), qtype_name(c->t_embd),
+                c->tied ? "(tied)" : qtype_name(c->t_out), qtype_name(c->t_router));
     /* Fallbacks, grouped by (wanted, got, row length). */
     for (int i = 0; i < p->n_t; i++) {
         const mk_tensor *t = &p->t[i];

@@ -283,21 +283,68 @@ static int fallback_type(select_state *s, const char *name, int64_t ne0, int t, 
     return r;
 }
 
-/* The output type of one tensor: the input type when it is not quantized. */
+/* The output type of one tensor (n_dims dimensions, rows of ne0, stored as
+ * in_type): the input type when it is not quantized. */
 static int select_type(const model_facts *m, select_state *s, int ftype, int base, int pure,
-                       const char *name, const gguf_tensor_info *ti, err *e)
+                       const char *name, int n_dims, int64_t ne0, int in_type, err *e)
 {
-    if (!allows_quantization(name, ti->n_dims)) return ti->type;
+    if (!allows_quantization(name, n_dims)) return in_type;
     int t = base;
     if (is_quantized(base)) {
         if (!pure) {
-            t = mix_type(m, s, ftype, t, name, ti->ne[0], category_of(name), e);
+            t = mix_type(m, s, ftype, t, name, ne0, category_of(name), e);
             if (t < 0) return t;
         }
-        t = fallback_type(s, name, ti->ne[0], t, e);
+        t = fallback_type(s, name, ne0, t, e);
     }
     return t;
 }
+
+/* The facts that follow from the architecture and head counts. */
+static void facts_finish(model_facts *m, int64_t n_head, int64_t n_head_kv)
+{
+    m->n_gqa = n_head_kv > 0 ? (int)(n_head / n_head_kv) : 0;
+    m->is_falcon = !strcmp(m->arch, "falcon");
+    m->is_70b = !strcmp(m->arch, "llama") && m->n_layer == 80 && n_head != n_head_kv;
+}
+
+/* ==== The picker: the same choice for a model not in a file yet ==== */
+
+struct quantize_picker {
+    model_facts m;
+    select_state s;
+    const ftype_info *ft;
+};
+
+int quantize_picker_open(quantize_picker **out, const char *type, const quantize_model_info *mi, err *e)
+{
+    *out = NULL;
+    const ftype_info *ft = ftype_by_name(type);
+    if (!ft) return err_setf(e, ERR_USAGE, "unknown file type '%s' (%s)", type ? type : "(null)", quantize_type_names());
+    if (!mi->arch || mi->n_layer < 0 || mi->n_expert < 0 || mi->n_head < 0 || mi->n_head_kv < 0 ||
+        mi->n_attention_wv < 0)
+        return err_setf(e, ERR_USAGE, "quantize_picker_open: incomplete model description");
+    quantize_picker *p = calloc(1, sizeof *p);
+    if (!p) return err_setf(e, ERR_NOMEM, "quantize_picker_open: out of memory");
+    snprintf(p->m.arch, sizeof p->m.arch, "%s", mi->arch);
+    p->m.n_layer = mi->n_layer;
+    p->m.n_expert = mi->n_expert;
+    p->m.tied_embeddings = mi->tied_embeddings ? 1 : 0;
+    p->m.n_attention_wv = mi->n_attention_wv;
+    facts_finish(&p->m, mi->n_head, mi->n_head_kv);
+    p->ft = ft;
+    *out = p;
+    return 0;
+}
+
+int quantize_picker_type(quantize_picker *p, const char *name, int n_dims, int64_t ne0, int in_type, err *e)
+{
+    return select_type(&p->m, &p->s, p->ft->ftype, p->ft->base, 0, name, n_dims, ne0, in_type, e);
+}
+
+uint32_t quantize_picker_ftype(const quantize_picker *p) { return (uint32_t)p->ft->ftype; }
+
+void quantize_picker_close(quantize_picker *p) { free(p); }
 
 /* ==== Reading the input ==== */
 
@@ -326,9 +373,7 @@ static void read_facts(const gguf_file *f, const tensor_job *jobs, int64_t n, mo
     if ((k = gguf_find_key(f, key)) >= 0 && gguf_get_arr_i64(f, k, 0, &n_head, NULL) != 0) n_head = 0;
     snprintf(key, sizeof key, "%s.attention.head_count_kv", m->arch);
     if ((k = gguf_find_key(f, key)) < 0 || gguf_get_arr_i64(f, k, 0, &n_head_kv, NULL) != 0) n_head_kv = n_head;
-    m->n_gqa = n_head_kv > 0 ? (int)(n_head / n_head_kv) : 0;
-    m->is_falcon = !strcmp(m->arch, "falcon");
-    m->is_70b = !strcmp(m->arch, "llama") && m->n_layer == 80 && n_head != n_head_kv;
+    facts_finish(m, n_head, n_head_kv);
     m->tied_embeddings = 1;
     for (int64_t i = 0; i < n; i++) {
         const enum category c = category_of(jobs[i].name);
@@ -496,7 +541,7 @@ static int plan(qjob *j, const ftype_info *ft, quantize_result *res, err *e)
     for (int64_t k = 0; k < j->n; k++) {
         tensor_job *t = &j->jobs[k];
         const gguf_tensor_info *ti = gguf_tensor(j->in, t->idx);
-        const int out = select_type(&m, &s, ft->ftype, ft->base, o->pure, t->name, ti, e);
+        const int out = select_type(&m, &s, ft->ftype, ft->base, o->pure, t->name, ti->n_dims, ti->ne[0], ti->type, e);
         if (out < 0) return out;
         t->out_type = out;
         if (out != t->in_type) {

@@ -76,4 +76,29 @@ const char *quantize_ftype_name(int ftype);
 /* "Q4_0, Q4_1, ..., F32": the valid type names, for usage messages. */
 const char *quantize_type_names(void);
 
+/* The picker: strata_quantize's choice of each tensor's type for a model
+ * that is not in a file yet (strata mkmodel --ftype writes its tensors in
+ * the types llama-quantize would give them). Feed the tensors in llama.cpp's
+ * order -- those outside the layers first, then layer by layer (the mixes
+ * count attn_v and ffn_down tensors as they come). */
+typedef struct quantize_model_info {
+    const char *arch;          /* general.architecture, e.g. "qwen3moe" */
+    int n_layer, n_expert;     /* block_count, expert_count (0: dense) */
+    int n_head, n_head_kv;
+    int tied_embeddings;       /* 1: the model has no output.weight */
+    int n_attention_wv;        /* attn_v (attn_qkv, attn_kv_b) tensors it has */
+} quantize_model_info;
+
+typedef struct quantize_picker quantize_picker;
+
+/* type: a name quantize_ftype_from_name knows. ERR_USAGE, ERR_NOMEM. */
+int  quantize_picker_open(quantize_picker **p, const char *type, const quantize_model_info *m, err *e);
+/* The type of tensor `name` (n_dims dimensions, rows of ne0 values, given
+ * in in_type): >= 0, or a negative error code (a layer tensor whose name
+ * has no valid "blk.N.", a row length with no fallback). */
+int  quantize_picker_type(quantize_picker *p, const char *name, int n_dims, int64_t ne0, int in_type, err *e);
+/* The llama_ftype for general.file_type. */
+uint32_t quantize_picker_ftype(const quantize_picker *p);
+void quantize_picker_close(quantize_picker *p);
+
 #endif

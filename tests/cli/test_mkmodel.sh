@@ -78,6 +78,19 @@ else
 fi
 rm -f "$tmp/s.gguf"
 
+# --ftype: llama-quantize's Q4_K_M types (16 layers, 16 experts: attn_v q6_K on 8 layers)
+if "$STRATA" mkmodel -o "$tmp/f.gguf" --embd 256 --ff-exp 256 --head-dim 64 --layers 16 --experts 16 --ftype q4_k_m \
+        >"$tmp/rep" 2>"$tmp/err"; then
+    if grep -q "Q4_K_M as llama-quantize picks them" "$tmp/rep"; then ok; else bad "--ftype report: $(cat "$tmp/rep")"; fi
+    "$STRATA" inspect "$tmp/f.gguf" >"$tmp/out" 2>&1
+    nv=$(grep -c 'attn_v.weight *q6_K' "$tmp/out")
+    if [ "$nv" -eq 8 ] && grep -q 'general.file_type .* 15$' "$tmp/out"; then ok
+    else bad "--ftype q4_k_m: $nv q6_K attn_v, $(grep file_type "$tmp/out")"; fi
+else
+    bad "--ftype: $(cat "$tmp/err")"
+fi
+rm -f "$tmp/f.gguf"
+
 # --help
 if "$STRATA" mkmodel --help >"$tmp/out" 2>&1 && grep -q -- "--route-skew" "$tmp/out"; then ok; else bad "--help"; fi
 
@@ -95,6 +108,8 @@ usage heads-kv -o "$tmp/x.gguf" --heads 6 --heads-kv 4
 usage small-vocab -o "$tmp/x.gguf" --vocab 100
 usage bad-skew -o "$tmp/x.gguf" --route-skew -1
 usage bad-seed -o "$tmp/x.gguf" --seed -5
+usage bad-ftype -o "$tmp/x.gguf" --ftype Q7_K
+usage ftype-and-type -o "$tmp/x.gguf" --ftype Q4_K_M --type-experts q8_0
 if [ ! -e "$tmp/x.gguf" ]; then ok; else bad "a usage error left a file"; fi
 
 # runtime error: unwritable path

@@ -36,6 +36,9 @@
  *             row-at-a-time.
  *
  * --info: print the device and exit 0 (3 without a GPU).
+ * --mkmodel PATH PRESET [FTYPE]: write a bench model (strata mkmodel
+ * --preset PRESET [--ftype FTYPE], e.g. 30b-a3b Q4_K_M: llama-quantize's
+ * types) where the CLI cannot be carried (the device lacks its libraries).
  * --bench [PATH]: PATH (default /tmp/strata-30b-a3b.gguf; generated with the
  * 30b-a3b preset if missing, ~17 GB) is uploaded, then 128 greedy tokens are
  * timed; printed: tok/s, the weight bytes a token reads (all dense tensors,
@@ -223,6 +226,7 @@ typedef struct model_spec {
     const char *type_experts, *type_attn, *type_embd, *type_output;
     int tied;
     int full;   /* the preset's own layer, expert and vocabulary counts */
+    const char *ftype;   /* mkmodel --ftype (llama-quantize's mixture; the types above NULL) */
 } model_spec;
 
 /* One GPU arena configuration against the all-resident model g: the
@@ -342,7 +346,7 @@ static void check_model(const model_spec *ms)
         .path = path, .preset = "small", .seed = 7, .n_layer = ms->full ? 0 : 4, .n_expert = ms->full ? 0 : 32,
         .n_vocab = ms->full ? 0 : 4096,
         .type_experts = ms->type_experts, .type_attn = ms->type_attn, .type_embd = ms->type_embd,
-        .type_output = ms->type_output, .tied = ms->tied,
+        .type_output = ms->type_output, .tied = ms->tied, .ftype = ms->ftype,
     };
     err e = {0};
     CHECK_MSG(strata_mkmodel(&mo, NULL, &e) == 0, "%s: mkmodel: %s", ms->name, e.msg);
@@ -561,21 +565,32 @@ done:
  * head, f32 router. */
 TEST(test_model_q4k_mix)
 {
-    model_spec s = { "q4k_mix", NULL, NULL, NULL, NULL, 0, 0 };
+    model_spec s = { "q4k_mix", NULL, NULL, NULL, NULL, 0, 0, NULL };
+    check_model(&s);
+}
+
+/* A Q4_K_M file as llama-quantize writes it (mkmodel --ftype Q4_K_M): Q4_K
+ * everywhere but attn_v and ffn_down_exps of layers 2 and 3 (Q6_K:
+ * use_more_bits of 4 layers) and the Q6_K head, so q/k/v differ in type
+ * inside a layer (three matvecs, not the fused one) and the down
+ * projection's type changes between layers. */
+TEST(test_model_q4_k_m)
+{
+    model_spec s = { "q4_k_m", NULL, NULL, NULL, NULL, 0, 0, "Q4_K_M" };
     check_model(&s);
 }
 
 /* Q5_K experts, f16 attention, a tied Q4_0 embedding/head. */
 TEST(test_model_q5k_f16_tied)
 {
-    model_spec s = { "q5k_f16_tied", "q5_K", "f16", "q4_0", NULL, 1, 0 };
+    model_spec s = { "q5k_f16_tied", "q5_K", "f16", "q4_0", NULL, 1, 0, NULL };
     check_model(&s);
 }
 
 /* Q6_K experts, bf16 attention, f16 embedding, Q8_0 head. */
 TEST(test_model_q6k_bf16)
 {
-    model_spec s = { "q6k_bf16", "q6_K", "bf16", "f16", "q8_0", 0, 0 };
+    model_spec s = { "q6k_bf16", "q6_K", "bf16", "f16", "q8_0", 0, 0, NULL };
     check_model(&s);
 }
 
@@ -585,7 +600,7 @@ TEST(test_model_q6k_bf16)
  * divergence check below says whether that is a near tie. */
 TEST(test_model_small_preset)
 {
-    model_spec s = { "small_preset", "q4_K", "q8_0", NULL, NULL, 0, 1 };
+    model_spec s = { "small_preset", "q4_K", "q8_0", NULL, NULL, 0, 1, NULL };
     check_model(&s);
 }
 
@@ -1561,6 +1576,16 @@ static int profile(const char *path)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--mkmodel") == 0) {   /* no GPU needed */
+        if (argc < 4 || argc > 5) {
+            fprintf(stderr, "usage: test_cuda_model --mkmodel PATH PRESET [FTYPE]\n");
+            return 2;
+        }
+        err me = {0};
+        mkmodel_opts mo = { .path = argv[2], .preset = argv[3], .ftype = argc > 4 ? argv[4] : NULL };
+        if (strata_mkmodel(&mo, stdout, &me)) { fprintf(stderr, "mkmodel: %s\n", me.msg); return 1; }
+        return 0;
+    }
     const int do_bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
     const int do_info = argc > 1 && strcmp(argv[1], "--info") == 0;
     const int do_tiered = argc > 1 && strcmp(argv[1], "--bench-tiered") == 0;
@@ -1593,6 +1618,7 @@ int main(int argc, char **argv)
     RUN(test_errors);
     RUN(test_context_buckets);
     RUN(test_model_q4k_mix);
+    RUN(test_model_q4_k_m);
     RUN(test_model_q5k_f16_tied);
     RUN(test_model_q6k_bf16);
     RUN(test_model_small_preset);

@@ -8,7 +8,9 @@
  * - mkmodel: same options => same bytes (any thread count), another seed =>
  *   other bytes; the GGUF has llama.cpp's qwen3moe keys, tensor names, order,
  *   shapes and types; the tokenizer module opens it and round-trips text;
- *   type fallbacks; the skew channel's structure; option errors.
+ *   type fallbacks; --ftype gives every tensor the type strata quantize
+ *   (llama-quantize) gives the same model; the skew channel's structure;
+ *   option errors.
  * - skew: the fit reaches the asked Zipf exponent on a synthetic sample.
  * - the compiled-in corpus equals data/corpus.txt. */
 #include "testhelp.h"
@@ -23,6 +25,7 @@
 #include "mkmodel/skew.h"
 #include "quant/quant.h"
 #include "quant/qtype.h"
+#include "quant/quantize_model.h"
 #include "tokenizer/tokenizer.h"
 
 /* ==== Helpers ==== */
@@ -423,6 +426,69 @@ TEST(mkmodel_types_and_fallbacks)
     unlink(tmp_path("k.gguf"));
 }
 
+/* --ftype against strata quantize (whose output is llama-quantize's byte for
+ * byte, tests/cli/test_quantize.sh): an f32 model quantized to FT, and the
+ * same model written by mkmodel with --ftype FT, hold the same types tensor
+ * by tensor. 16 layers, so use_more_bits gives attn_v and ffn_down_exps
+ * more bits on layers 0, 1, 4, 7, 10, 13, 14 and 15; 8 experts switch on
+ * the 8-expert rules (attn_k / attn_v q8_0, Q4_K_M's attn_output q5_K). */
+static void ftype_case(const char *ft, int n_expert, int tied, uint32_t want_ftype)
+{
+    err e = {0};
+    mkmodel_opts base = { .n_embd = 256, .n_ff_exp = 256, .head_dim = 64, .n_layer = 16, .n_expert = n_expert,
+                          .n_expert_used = 2, .tied = tied, .type = "f32" };
+    CHECK_MSG(make(base, "f32.gguf", &e) == 0, "%s", e.msg);
+    quantize_opts qo = { .in_path = tmp_path("f32.gguf"), .out_path = tmp_path("q.gguf"), .type = ft };
+    CHECK_MSG(strata_quantize(&qo, &e) == 0, "%s: quantize: %s", ft, e.msg);
+    mkmodel_opts mo = base;
+    mo.type = NULL;
+    mo.ftype = ft;
+    CHECK_MSG(make(mo, "m.gguf", &e) == 0, "%s: mkmodel: %s", ft, e.msg);
+    gguf_file *q = NULL, *m = NULL;
+    CHECK(gguf_open(&q, tmp_path("q.gguf"), &e) == 0);
+    CHECK(gguf_open(&m, tmp_path("m.gguf"), &e) == 0);
+    if (q && m) {
+        CHECK_EQ_INT(gguf_n_tensors(m), gguf_n_tensors(q));
+        int differ = 0, more = 0;
+        for (int64_t i = 0; i < gguf_n_tensors(m); i++) {
+            const gguf_tensor_info *tm = gguf_tensor(m, i);
+            char name[96];
+            snprintf(name, sizeof name, "%.*s", (int)tm->name.n, tm->name.p);
+            const gguf_tensor_info *tq = tensor(q, name);
+            if (!tq || tq->type != tm->type) {
+                if (differ++ < 3)
+                    fprintf(stderr, "  %s %s: mkmodel %s, quantize %s\n", ft, name, qtype_name(tm->type),
+                            tq ? qtype_name(tq->type) : "(missing)");
+            }
+            if (strstr(name, ".attn_v.") && tm->type == QTYPE_Q6_K) more++;
+        }
+        CHECK_EQ_INT(differ, 0);
+        CHECK_EQ_INT(key_i64(m, "general.file_type"), want_ftype);
+        CHECK_EQ_INT(key_i64(q, "general.file_type"), want_ftype);
+        if (!strcmp(ft, "Q4_K_M") && n_expert != 8) {
+            CHECK_EQ_INT(more, 8);
+            CHECK(tensor(m, "blk.4.ffn_down_exps.weight")->type == QTYPE_Q6_K);
+            CHECK(tensor(m, "blk.5.ffn_down_exps.weight")->type == QTYPE_Q4_K);
+            CHECK(tensor(m, "blk.5.attn_v.weight")->type == QTYPE_Q4_K);
+            CHECK(tensor(m, "blk.5.ffn_gate_inp.weight")->type == QTYPE_F32);
+        }
+    }
+    gguf_close(q);
+    gguf_close(m);
+    unlink(tmp_path("f32.gguf"));
+    unlink(tmp_path("q.gguf"));
+    unlink(tmp_path("m.gguf"));
+}
+
+TEST(mkmodel_ftype_matches_quantize)
+{
+    ftype_case("Q4_K_M", 16, 0, 15);
+    ftype_case("Q4_K_M", 8, 0, 15);
+    ftype_case("q5_k_m", 16, 1, 17);
+    ftype_case("Q3_K_L", 16, 0, 13);
+    ftype_case("Q8_0", 16, 0, 7);
+}
+
 TEST(mkmodel_skew_channel)
 {
     /* With skew, the last n_embd/64 embedding coordinates are one constant,
@@ -484,6 +550,14 @@ TEST(mkmodel_option_errors)
     mkmodel_opts o7 = { .route_skew = -1 };
     err_clear(&e);
     CHECK_EQ_INT(make(o7, "x.gguf", &e), ERR_USAGE);
+    mkmodel_opts o9 = { .ftype = "Q4_K_M", .type_attn = "q8_0" };   /* --ftype picks every matrix's type */
+    err_clear(&e);
+    CHECK_EQ_INT(make(o9, "x.gguf", &e), ERR_USAGE);
+    CHECK(strstr(e.msg, "--type-attn") != NULL);
+    mkmodel_opts o10 = { .ftype = "Q7_K" };
+    err_clear(&e);
+    CHECK_EQ_INT(make(o10, "x.gguf", &e), ERR_USAGE);
+    CHECK(strstr(e.msg, "Q7_K") != NULL);
     mkmodel_opts o8 = { .path = "/nonexistent-dir/x.gguf" };
     err_clear(&e);
     CHECK_EQ_INT(strata_mkmodel(&o8, NULL, &e), ERR_IO);
@@ -530,6 +604,7 @@ int main(void)
     RUN(mkmodel_deterministic);
     RUN(mkmodel_layout_matches_llama_cpp);
     RUN(mkmodel_types_and_fallbacks);
+    RUN(mkmodel_ftype_matches_quantize);
     RUN(mkmodel_skew_channel);
     RUN(mkmodel_option_errors);
     RUN(skew_fit_reaches_exponent);
