@@ -734,7 +734,7 @@ static void walk_scratch(cuda_model *m, const void *ctx, carver *c)
     }
     m->x = carve(c, NULL, sizeof(float) * E);
     m->xn = carve(c, NULL, sizeof(float) * E);
-    /* q, k and v back to back: one matvec can fill all three (qkv_adjacent) */
+    /* q, k and v back to back: one matvec can fill all three (mv_qkv) */
     m->q = carve(c, NULL, sizeof(float) * (qd + 2 * kvd));
     m->k = m->q ? m->q + qd : NULL;
     m->v = m->q ? m->k + kvd : NULL;
@@ -991,15 +991,35 @@ static int mv(cuda_model *m, const dmat *w, const float *x, float *y, err *e)
     return mvq(m, w, xq, y, e);
 }
 
-/* wq, wk and wv of one type and row size lie back to back in VRAM (their
- * carved sizes are multiples of 256 bytes), as do q, k and v: then the
- * three are one matrix of n_head + 2 n_head_kv heads' rows. */
-static int qkv_adjacent(const cuda_model *m, const dlayer *dl)
+/* Matrix b continues matrix a: one type and row size, b's rows right after
+ * a's in VRAM (carved sizes are multiples of 256 bytes) and b's outputs
+ * right after a's (ya, yb). */
+static int mat_continues(const dmat *a, const float *ya, const dmat *b, const float *yb)
 {
-    const dmat *q = &dl->wq, *k = &dl->wk, *v = &dl->wv;
-    return q->type == k->type && q->type == v->type && q->row_bytes == k->row_bytes && q->row_bytes == v->row_bytes &&
-           k->d == q->d + (size_t)q->rows * q->row_bytes && v->d == k->d + (size_t)k->rows * k->row_bytes &&
-           m->k == m->q + q->rows && m->v == m->k + k->rows;
+    return a->type == b->type && a->mvtype == b->mvtype && a->row_bytes == b->row_bytes && a->k == b->k &&
+           (const char *)b->d == (const char *)a->d + (size_t)a->rows * a->row_bytes && yb == ya + a->rows;
+}
+
+/* q, k and v = wq, wk, wv times the one quantized row xq, in as few matvec
+ * launches as their storage allows: each run of consecutive matrices that
+ * continue one another (mat_continues) is one matrix. One launch when all
+ * three share a type (then they are n_head + 2 n_head_kv heads' rows); a
+ * Q4_K_M file's layers with a Q6_K attn_v take q+k, then v (llama-quantize
+ * gives attn_v more bits in half the layers), and an 8-expert file's Q8_0
+ * attn_k/attn_v q, then k+v: two dependent launches, not three. Each row's
+ * dot is the same whatever matrix it is launched in. */
+static int mv_qkv(cuda_model *m, const dlayer *dl, const void *xq, err *e)
+{
+    const dmat *w[3] = { &dl->wq, &dl->wk, &dl->wv };
+    float *y[3] = { m->q, m->k, m->v };
+    for (int i = 0; i < 3;) {
+        int j = i + 1;
+        int64_t rows = w[i]->rows;
+        while (j < 3 && mat_continues(w[j - 1], y[j - 1], w[j], y[j])) rows += w[j++]->rows;
+        STAGE(CUDA_STAGE_QKV, cuda_matvec(m->cu, w[i]->mvtype, w[i]->d, rows, w[i]->k, xq, y[i], e));
+        i = j;
+    }
+    return 0;
 }
 
 /* w's activations are Q8 blocks (Q8_K, Q8_0 or Q8_1) and its rows at most
@@ -1061,14 +1081,7 @@ static int layer_attn(cuda_model *m, int l, const int32_t *pos, int n_kv_max, in
             TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->attn_norm, E, 1, hp->rms_eps, e));
             TRY(act_in(m, &dl->wq, m->xn, 1, &xq, e));
         }
-        if (qkv_adjacent(m, dl)) {   /* one matrix of q + k + v rows into q, k, v (adjacent too) */
-            STAGE(CUDA_STAGE_QKV, cuda_matvec(cu, dl->wq.mvtype, dl->wq.d, dl->wq.rows + dl->wk.rows + dl->wv.rows, dl->wq.k, xq, m->q,
-                            e));
-        } else {
-            STAGE(CUDA_STAGE_QKV, mvq(m, &dl->wq, xq, m->q, e));
-            STAGE(CUDA_STAGE_QKV, mvq(m, &dl->wk, xq, m->k, e));
-            STAGE(CUDA_STAGE_QKV, mvq(m, &dl->wv, xq, m->v, e));
-        }
+        TRY(mv_qkv(m, dl, xq, e));
     } else {
         TRY(cuda_rmsnorm(cu, m->xn, m->x, dl->attn_norm, E, 1, hp->rms_eps, e));
         TRY(mv(m, &dl->wq, m->xn, m->q, e));
