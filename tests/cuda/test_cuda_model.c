@@ -60,7 +60,8 @@
  * --bench-trace [PATH [CL GB]]: where a decode token's time goes, kernel by
  * kernel, in the chain as it runs (bench_trace; bench/cuda/trace.sh; needs a
  * build with CUDA_TRACE=1); CL GB: the attention's cluster cap and heads a
- * CTA (cuda_model_set_attention).
+ * CTA (cuda_model_set_attention). Layers whose launches differ (a Q4_K_M
+ * file) get a table per kind of layer.
  * --bench-tiered [PATH [host|ssd]]: the experts in host RAM behind GPU arenas of 10%,
  * 25% and 50% (see bench_tiered).
  * --profile [PATH]: one prompt row and 2 greedy steps, plain launches, for a
@@ -793,6 +794,48 @@ static int layer_period(const char *const *nm, int K, int L, int *a_out)
     return 0;
 }
 
+/* One kind of layer in a token's launches: n layers, each P launches with
+ * the same names, starting at launch indices at[]. */
+enum { TK_MAXL = 256, TK_MAXK = 8, TK_MAXP = 64 };
+typedef struct trace_kind {
+    int P, n;
+    int at[TK_MAXL];
+} trace_kind;
+
+/* When the layers' launches differ (a Q4_K_M file: q/k/v one matvec in
+ * some layers, q+k and v in others), layers 1 .. L-2 grouped by their
+ * launch names: a layer starts at its q/k/v, the run of "matvec" launches
+ * right before its "attention_decode". Returns the number of kinds, 0 when
+ * the token does not have L attention launches (or more kinds than kd). */
+static int layer_kinds(const char *const *nm, int K, int L, trace_kind *kd, int maxk)
+{
+    int start[TK_MAXL + 1], na = 0;
+    for (int i = 0; i < K && na <= TK_MAXL; i++)
+        if (!strcmp(nm[i], "attention_decode")) {
+            int s0 = i;
+            while (s0 > 0 && !strcmp(nm[s0 - 1], "matvec")) s0--;
+            start[na++] = s0;
+        }
+    if (L < 4 || L > TK_MAXL || na != L) return 0;
+    int nk = 0;
+    for (int l = 1; l < L - 1; l++) {
+        const int P = start[l + 1] - start[l];
+        int k = 0;
+        for (; k < nk; k++) {
+            int same = kd[k].P == P;
+            for (int j = 0; same && j < P; j++) same = !strcmp(nm[kd[k].at[0] + j], nm[start[l] + j]);
+            if (same) break;
+        }
+        if (k == nk) {
+            if (nk == maxk || P < 1 || P > TK_MAXP) return 0;
+            kd[nk].P = P;
+            kd[nk++].n = 0;
+        }
+        kd[k].at[kd[k].n++] = start[l];
+    }
+    return nk;
+}
+
 /* Where a decode token's time goes, kernel by kernel, in the chain as it
  * runs (graph replays, programmatic dependent launch, nothing left out):
  * the chain trace (cuda_trace_begin) of NT greedy tokens. The graph is
@@ -855,13 +898,24 @@ static int bench_trace(const char *path, int at_cluster, int at_heads)
                atn, atp[0], atp[1], atp[2], atp[3], atp[4], atp[5]);
     if (!rc && nrec != NT * K)
         rc = err_setf(&e, ERR_INTERNAL, "%d graph tokens recorded %d kernels, not %d x %d", NT, nrec, NT, K);
-    int a = 0;
+    /* the layers: one period (every layer launches the same kernels), or
+     * kinds of layers by their launches */
+    trace_kind kd[TK_MAXK];   /* 8 KB */
+    int a = 0, nk = 0;
     const int P = rc ? 0 : layer_period(nm, K, L, &a);
-    if (!rc && !P) rc = err_setf(&e, ERR_INTERNAL, "no layer period in the token's %d launch names", K);
+    if (!rc && P && L <= TK_MAXL) {
+        nk = 1;
+        kd[0].P = P;
+        kd[0].n = L - 2;
+        for (int l = 0; l < L - 2; l++) kd[0].at[l] = a + l * P;
+    } else if (!rc) {
+        nk = layer_kinds(nm, K, L, kd, TK_MAXK);
+    }
+    if (!rc && !nk) rc = err_setf(&e, ERR_INTERNAL, "no layer period or kinds in the token's %d launch names", K);
     const int ns = NT * (L - 2);
     if (!rc) {
-        sh = malloc(sizeof *sh * (size_t)P * ns);
-        ea = malloc(sizeof *ea * (size_t)P * ns);
+        sh = malloc(sizeof *sh * (size_t)TK_MAXP * ns);
+        ea = malloc(sizeof *ea * (size_t)TK_MAXP * ns);
         if (!sh || !ea) rc = err_setf(&e, ERR_NOMEM, "out of memory");
     }
     cuda_trace_end(cu);
@@ -882,35 +936,50 @@ static int bench_trace(const char *path, int at_cluster, int at_heads)
     const double tok_us = (double)(tw[(NT - 1) * K] - tw[0]) / (NT - 1) / 1e3;
     printf("trace: %d greedy tokens of %d kernels (graph replays), %d layers; a token %.1f us (first kernel to "
            "first kernel); timer step <= %llu ns\n", NT, K, L, tok_us, (unsigned long long)res);
-    printf("trace: a layer is %d launches; %d layers from launch %d repeat them, %d samples a slot\n", P, L - 2, a, ns);
-    double layer_sum = 0, mean1[64], med1[64], mean2[64], med2[64];
-    for (int j = 0; j < P; j++) {
-        int n = 0;
-        double s1 = 0, s2 = 0;
-        for (int t = 0; t < NT; t++)
-            for (int l = 0; l < L - 2; l++) {
-                const int r = t * K + a + l * P + j;
-                if (r + 1 >= nrec) continue;
-                sh[(size_t)j * ns + n] = (double)(int64_t)(tw[r + 1] - tw[r]) / 1e3;
-                ea[(size_t)j * ns + n] = (double)(int64_t)(tw[r] - te[r]) / 1e3;
-                s1 += sh[(size_t)j * ns + n];
-                s2 += ea[(size_t)j * ns + n];
-                n++;
-            }
-        mean1[j] = n ? s1 / n : 0;
-        mean2[j] = n ? s2 / n : 0;
-        med1[j] = median_of(sh + (size_t)j * ns, n);
-        med2[j] = median_of(ea + (size_t)j * ns, n);
-        layer_sum += mean1[j];
+    if (nk == 1 && P)
+        printf("trace: a layer is %d launches; %d layers from launch %d repeat them, %d samples a slot\n", P, L - 2, a,
+               ns);
+    else
+        printf("trace: the layers differ: %d kinds of layer by their launches (layers 1 .. %d)\n", nk, L - 2);
+    double all_sum = 0;   /* the kinds' layer sums, weighted by their layers */
+    for (int q = 0; q < nk; q++) {
+        const trace_kind *k = &kd[q];
+        const int nq = NT * k->n;
+        double layer_sum = 0, mean1[TK_MAXP], med1[TK_MAXP], mean2[TK_MAXP], med2[TK_MAXP];
+        for (int j = 0; j < k->P; j++) {
+            int n = 0;
+            double s1 = 0, s2 = 0;
+            for (int t = 0; t < NT; t++)
+                for (int l = 0; l < k->n; l++) {
+                    const int r = t * K + k->at[l] + j;
+                    if (r + 1 >= nrec) continue;
+                    sh[(size_t)j * nq + n] = (double)(int64_t)(tw[r + 1] - tw[r]) / 1e3;
+                    ea[(size_t)j * nq + n] = (double)(int64_t)(tw[r] - te[r]) / 1e3;
+                    s1 += sh[(size_t)j * nq + n];
+                    s2 += ea[(size_t)j * nq + n];
+                    n++;
+                }
+            mean1[j] = n ? s1 / n : 0;
+            mean2[j] = n ? s2 / n : 0;
+            med1[j] = median_of(sh + (size_t)j * nq, n);
+            med2[j] = median_of(ea + (size_t)j * nq, n);
+            layer_sum += mean1[j];
+        }
+        if (nk > 1)
+            printf("trace: kind %d: %d layers of %d launches (the first from launch %d), %d samples a slot\n", q, k->n,
+                   k->P, k->at[0], nq);
+        printf("| slot | kernel | share us (mean) | share us (median) | early start us (mean) | early start us (median) | "
+               "share of a layer |\n|---:|---|---:|---:|---:|---:|---:|\n");
+        for (int j = 0; j < k->P; j++)
+            printf("| %d | %s | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n", j, nm[k->at[0] + j], mean1[j], med1[j],
+                   mean2[j], med2[j], layer_sum > 0 ? 100 * mean1[j] / layer_sum : 0);
+        if (nk > 1) printf("trace: kind %d: a layer %.2f us\n", q, layer_sum);
+        all_sum += layer_sum * k->n;
     }
-    printf("| slot | kernel | share us (mean) | share us (median) | early start us (mean) | early start us (median) | "
-           "share of a layer |\n|---:|---|---:|---:|---:|---:|---:|\n");
-    for (int j = 0; j < P; j++)
-        printf("| %d | %s | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n", j, nm[a + j], mean1[j], med1[j], mean2[j],
-               med2[j], layer_sum > 0 ? 100 * mean1[j] / layer_sum : 0);
-    printf("trace: a layer %.2f us (sum of the slots' means); %d layers of it %.1f us of the %.1f us token; "
-           "the rest (embedding, first and last layer's extras, head, argmax, step) %.1f us\n", layer_sum, L,
-           L * layer_sum, tok_us, tok_us - L * layer_sum);
+    const double layer_sum = all_sum / (L - 2);
+    printf("trace: a layer %.2f us (sum of the slots' means%s); %d layers of it %.1f us of the %.1f us token; "
+           "the rest (embedding, first and last layer's extras, head, argmax, step) %.1f us\n", layer_sum,
+           nk > 1 ? ", the kinds weighted by their layers" : "", L, L * layer_sum, tok_us, tok_us - L * layer_sum);
     free(te), free(tw), free(nm), free(sh), free(ea);
     return 0;
 }
