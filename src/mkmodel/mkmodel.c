@@ -353,9 +353,9 @@ static int plan_build(mk_plan *p, err *e)
     }
     int rc = 0, ty;
     /* one tensor: name nm (fmt with layer l), its type, then the plan */
-#define ADD_NAMED(kind, type, l, std, nd, a, b, d) do { \
-        if (rc == 0 && (rc = ty = plan_type(pk, kind, type, nm, nd, a, e)) >= 0) \
-            rc = plan_add(p, cap, kind, ty, l, std, nd, a, b, d, nm, e); } while (0)
+#define ADD_NAMED(kind, type, l, std, nd, a, b, d) do { if (rc == 0) { \
+        ty = plan_type(pk, kind, type, nm, nd, a, e); \
+        rc = ty < 0 ? ty : plan_add(p, cap, kind, ty, l, std, nd, a, b, d, nm, e); } } while (0)
 #define ADD(kind, type, std, nd, a, b, d, fmt) do { \
         snprintf(nm, sizeof nm, fmt, l); \
         ADD_NAMED(kind, type, l, std, nd, a, b, d); } while (0)

@@ -47,13 +47,14 @@ typedef struct mkmodel_opts {
      * llama-quantize does (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0,
      * q2_K/q3_K -> q4_0), and the report says so. */
     const char *type, *type_experts, *type_attn, *type_embd, *type_output, *type_router;
-    /* llama-quantize's mixture ("q4_K_M" or "q5_K_M", case-insensitive;
-     * NULL = none): the per-tensor, per-layer types llama.cpp's
-     * llama_tensor_get_type gives a qwen3moe model of this shape (base type
-     * q4_K / q5_K; attn_v and ffn_down_exps q6_K in use_more_bits layers;
-     * output q6_K; attn_k and attn_v q8_0, and for q4_K_M attn_output q5_K,
-     * when there are exactly 8 experts). Excludes type, type_experts,
-     * type_attn, type_embd and type_output; type_router still applies. */
+    /* A llama-quantize file type (any name quantize_ftype_from_name knows:
+     * "Q4_K_M", "q5_k_m", "Q3_K_L", "Q8_0", ...; NULL = none): every matrix
+     * in the type llama-quantize gives it in a qwen3moe model of this shape
+     * (quantize_picker: for Q4_K_M, q4_K with attn_v and ffn_down_exps q6_K
+     * in the use_more_bits layers and output q6_K; with exactly 8 experts
+     * attn_k and attn_v q8_0 and attn_output q5_K). Excludes type,
+     * type_experts, type_attn, type_embd and type_output; type_router still
+     * applies (llama-quantize keeps the router as it is). */
     const char *ftype;
     int tied;                  /* 1: no output.weight (the head reuses token_embd) */
     double route_skew;         /* Zipf exponent of expert popularity; 0 = none */

@@ -342,8 +342,6 @@ int quantize_picker_type(quantize_picker *p, const char *name, int n_dims, int64
     return select_type(&p->m, &p->s, p->ft->ftype, p->ft->base, 0, name, n_dims, ne0, in_type, e);
 }
 
-uint32_t quantize_picker_ftype(const quantize_picker *p) { return (uint32_t)p->ft->ftype; }
-
 void quantize_picker_close(quantize_picker *p) { free(p); }
 
 /* ==== Reading the input ==== */

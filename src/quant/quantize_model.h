@@ -97,8 +97,6 @@ int  quantize_picker_open(quantize_picker **p, const char *type, const quantize_
  * in in_type): >= 0, or a negative error code (a layer tensor whose name
  * has no valid "blk.N.", a row length with no fallback). */
 int  quantize_picker_type(quantize_picker *p, const char *name, int n_dims, int64_t ne0, int in_type, err *e);
-/* The llama_ftype for general.file_type. */
-uint32_t quantize_picker_ftype(const quantize_picker *p);
 void quantize_picker_close(quantize_picker *p);
 
 #endif

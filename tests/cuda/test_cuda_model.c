@@ -583,8 +583,8 @@ TEST(test_model_q4k_mix)
 /* A Q4_K_M file as llama-quantize writes it (mkmodel --ftype Q4_K_M): Q4_K
  * everywhere but attn_v and ffn_down_exps of layers 2 and 3 (Q6_K:
  * use_more_bits of 4 layers) and the Q6_K head, so q/k/v differ in type
- * inside a layer (three matvecs, not the fused one) and the down
- * projection's type changes between layers. */
+ * inside a layer (mv_qkv: q+k, then v, not the one fused launch) and the
+ * down projection's type changes between layers. */
 TEST(test_model_q4_k_m)
 {
     model_spec s = { "q4_k_m", NULL, NULL, NULL, NULL, 0, 0, "Q4_K_M" };
