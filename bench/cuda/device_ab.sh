@@ -5,9 +5,14 @@
 #   build/prebuilt/bin/*.xz   the candidate's test_cuda, test_cuda_layer,
 #                             test_cuda_model (static, stripped, xz)
 #   build/prebuilt/ab/N.xz    test_cuda_model builds named N
-#   build/prebuilt/pairs      lines "OLD NEW ROUNDS" (names in ab/): each a
-#                             bench/cuda/ab.sh run (--bench-quick; the first
-#                             generates the model when missing)
+#   build/prebuilt/pairs      lines "OLD NEW ROUNDS [MODEL [FTYPE]]" (names
+#                             in ab/): each a bench/cuda/ab.sh run
+#                             (--bench-quick) on MODEL (default the
+#                             benchmark's, which the first run generates
+#                             when missing); a missing MODEL with an FTYPE
+#                             is written first by test_cuda_model --mkmodel
+#                             MODEL 30b-a3b FTYPE (e.g. Q4_K_M: a users'
+#                             file's mix of types)
 #   build/prebuilt/ab/tr-N.xz trace builds (pack.sh trace:N=TREE): each
 #                             runs bench/cuda/trace.sh after the pairs,
 #                             its table to $OUT/trace-N.log and stdout
@@ -17,7 +22,8 @@
 #                             when build/prebuilt/bin is missing
 # The pairs come first, each line with its elapsed seconds, so a call cut
 # short by its time limit has its comparisons; logs go to $OUT (or
-# ./device-out). Usage (on the device): sh bench/cuda/device_ab.sh
+# ./device-out). The traces run on $TRACE_MODEL when set (else trace.sh's
+# default). Usage (on the device): sh bench/cuda/device_ab.sh
 cd "$(dirname "$0")/../.." || exit 1
 B=build/prebuilt
 OUT=${OUT:-device-out}
@@ -33,17 +39,22 @@ for f in "$B"/ab/*.xz; do [ -f "$f" ] && unxz_to "$f" /tmp/strata-ab/"$(basename
 S=$(date +%s)
 rc=0
 if [ -f "$B/pairs" ]; then
-    while read -r o n r; do
+    while read -r o n r m f; do
         [ -n "$o" ] || continue
-        sh bench/cuda/ab.sh /tmp/strata-ab/"$o" /tmp/strata-ab/"$n" /tmp/strata-30b-a3b.gguf "${r:-2}" \
-            >"$OUT/ab-$o-$n.log" 2>&1 || rc=1
-        echo "$o -> $n: $(tail -n 1 "$OUT/ab-$o-$n.log")   [$(( $(date +%s) - S )) s]"
+        m=${m:-/tmp/strata-30b-a3b.gguf}
+        if [ ! -f "$m" ] && [ -n "$f" ]; then
+            /tmp/strata-ab/"$o" --mkmodel "$m" 30b-a3b "$f" >"$OUT/mkmodel-$f.log" 2>&1 || rc=1
+            echo "mkmodel $m ($f): $(tail -n 1 "$OUT/mkmodel-$f.log")   [$(( $(date +%s) - S )) s]"
+        fi
+        l=$OUT/ab-$o-$n${f:+-$f}.log
+        sh bench/cuda/ab.sh /tmp/strata-ab/"$o" /tmp/strata-ab/"$n" "$m" "${r:-2}" >"$l" 2>&1 || rc=1
+        echo "$o -> $n${f:+ ($f)}: $(tail -n 1 "$l")   [$(( $(date +%s) - S )) s]"
     done <"$B/pairs"
 fi
 for t in /tmp/strata-ab/tr-*; do
     [ -x "$t" ] || continue
     n=$(basename "$t")
-    T=$t sh bench/cuda/trace.sh >"$OUT/trace-${n#tr-}.log" 2>&1 || rc=1
+    T=$t sh bench/cuda/trace.sh $TRACE_MODEL >"$OUT/trace-${n#tr-}.log" 2>&1 || rc=1
     echo "${n#tr-} trace:   [$(( $(date +%s) - S )) s]"
     grep -E "^\| [0-9]|a layer [0-9]" "$OUT/trace-${n#tr-}.log" | cut -c1-100
 done

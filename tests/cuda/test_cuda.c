@@ -394,6 +394,67 @@ static uint8_t *quant_stack(int wtype, int64_t rows, int64_t k, int nmat, size_t
     return w;
 }
 
+/* cuda_matvec_pair: two matrices of two types in one launch give each
+ * matrix's own cuda_matvec outputs bit for bit (NaN-poisoned outputs, so a
+ * row left unwritten fails): the pairs a Q4_K_M / Q5_K_M file's q+k and
+ * v take, rows that end mid-CTA, k = 2048 (the first matrix on the
+ * coalesced path) and k = 8448 (33 blocks a row: not), and the tile kernel
+ * forced (two launches then). A pair without a kernel is refused. */
+TEST(test_matvec_pair)
+{
+    static const int pairs[][2] = {{QTYPE_Q4_K, QTYPE_Q6_K}, {QTYPE_Q5_K, QTYPE_Q6_K}};
+    static const int64_t shapes[][3] = {{2048, 4608, 512}, {2048, 300, 70}, {8448, 40, 24}};   /* k, rows a, rows b */
+    err e = {0};
+    for (size_t pi = 0; pi < sizeof pairs / sizeof pairs[0]; pi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int ta = pairs[pi][0], tb = pairs[pi][1];
+            const int64_t k = shapes[si][0], ra = shapes[si][1], rbw = shapes[si][2];
+            CHECK(cuda_matvec_pair_ok(ta, tb));
+            size_t msa, msb;
+            uint8_t *wa = quant_stack(ta, ra, k, 1, &msa), *wb = quant_stack(tb, rbw, k, 1, &msb);
+            float *x = xmalloc(sizeof(float) * k);
+            for (int64_t i = 0; i < k; i++) x[i] = frand() * 2.0f;
+            const size_t ab = cuda_act_bytes(ta, k);
+            CHECK(ab == cuda_act_bytes(tb, k));
+            uint8_t *dwa = dev_from(wa, msa), *dwb = dev_from(wb, msb), *dq = dev_alloc(ab);
+            float *dx = dev_from(x, sizeof(float) * k), *dy = dev_alloc(sizeof(float) * (ra + rbw));
+            float *ref = xmalloc(sizeof(float) * (ra + rbw)), *got = xmalloc(sizeof(float) * (ra + rbw));
+            CHECK_MSG(cuda_act_quant(g_cu, ta, dx, dq, k, 1, &e) == 0, "%s", e.msg);
+            for (int force = 0; force < 2; force++) {
+                cuda_matvec_force(g_cu, force ? 1 : 0);
+                CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * (ra + rbw), &e) == 0);
+                CHECK_MSG(cuda_matvec(g_cu, ta, dwa, ra, k, dq, dy, &e) == 0, "%s", e.msg);
+                CHECK_MSG(cuda_matvec(g_cu, tb, dwb, rbw, k, dq, dy + ra, &e) == 0, "%s", e.msg);
+                CHECK(cuda_download(g_cu, ref, dy, sizeof(float) * (ra + rbw), &e) == 0);
+                CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * (ra + rbw), &e) == 0);
+                const cuda_matvec_seg sg[2] = {{ta, dwa, ra, dy}, {tb, dwb, rbw, dy + ra}};
+                CHECK_MSG(cuda_matvec_pair(g_cu, sg, k, dq, &e) == 0, "%s", e.msg);
+                CHECK(cuda_download(g_cu, got, dy, sizeof(float) * (ra + rbw), &e) == 0);
+                int bad = 0, nan = 0;
+                for (int64_t i = 0; i < ra + rbw; i++) {
+                    bad += memcmp(&ref[i], &got[i], 4) != 0;
+                    nan += got[i] != got[i];
+                }
+                CHECK_MSG(bad == 0 && nan == 0, "pair %s %lld + %s %lld, k=%lld (%s kernel): %d outputs differ, %d NaN",
+                          qtype_name(ta), (long long)ra, qtype_name(tb), (long long)rbw, (long long)k,
+                          force ? "tile" : "direct", bad, nan);
+            }
+            cuda_matvec_force(g_cu, 0);
+            printf("  matvec pair %s %lld + %s %lld rows, k=%lld: bit-identical to two launches (direct, tile)\n",
+                   qtype_name(ta), (long long)ra, qtype_name(tb), (long long)rbw, (long long)k);
+            cuda_free(g_cu, dwa); cuda_free(g_cu, dwb); cuda_free(g_cu, dq); cuda_free(g_cu, dx); cuda_free(g_cu, dy);
+            free(wa); free(wb); free(x); free(ref); free(got);
+        }
+    CHECK(!cuda_matvec_pair_ok(QTYPE_Q6_K, QTYPE_Q4_K) && !cuda_matvec_pair_ok(QTYPE_Q4_K, QTYPE_Q8_0));
+    const cuda_matvec_seg no[2] = {{QTYPE_Q4_K, NULL, 8, NULL}, {QTYPE_Q8_0, NULL, 8, NULL}};
+    CHECK(cuda_matvec_pair(g_cu, no, 256, NULL, &e) == ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(e.msg, "q8_0") != NULL, "%s", e.msg);
+    err_clear(&e);
+    const cuda_matvec_seg bad_k[2] = {{QTYPE_Q4_K, NULL, 8, NULL}, {QTYPE_Q6_K, NULL, 8, NULL}};
+    CHECK(cuda_matvec_pair(g_cu, bad_k, 100, NULL, &e) == ERR_USAGE);
+    err_clear(&e);
+}
+
 /* xquant: the matvec quantizing its f32 rows itself (CUDA_XQ_F32) or
  * swiglu(g, u) (CUDA_XQ_SWIGLU) gives bit for bit what cuda_act_quant (or
  * cuda_act_quant_swiglu) then the plain matvec give (and norming one,
@@ -1315,6 +1376,7 @@ int main(int argc, char **argv)
     RUN(test_errors);
     RUN(test_act_quant);
     RUN(test_matvec);
+    RUN(test_matvec_pair);
     RUN(test_matvec_batch);
     RUN(test_matvec_xquant);
     RUN(test_matmul);

@@ -379,6 +379,21 @@ int  cuda_repack_q8_0(cuda_ctx *c, void *w_dev, int64_t rows, int64_t k, err *e)
 /* One matrix: y[r] = dot(row r of w, xq) for r < rows. */
 int  cuda_matvec(cuda_ctx *c, int wtype, const void *w_dev, int64_t rows, int64_t k, const void *xq_dev,
                  float *y_dev, err *e);
+/* Two matrices of two types on one activation row in one launch (one
+ * dependent phase where two cuda_matvec launches take two): s[0].y[r] =
+ * dot(row r of s[0].w, xq), likewise s[1], both rows of k weights, each
+ * output bit for bit its own cuda_matvec's. The types must share their
+ * activation blocks: cuda_matvec_pair_ok (Q4_K or Q5_K, then Q6_K: a
+ * Q4_K_M / Q5_K_M file's q+k, then the attn_v llama-quantize gives Q6_K
+ * in half the layers); others ERR_UNSUPPORTED. Enqueued. */
+typedef struct cuda_matvec_seg {
+    int         wtype;
+    const void *w;      /* device */
+    int64_t     rows;
+    float      *y;      /* device */
+} cuda_matvec_seg;
+int  cuda_matvec_pair_ok(int wtype_a, int wtype_b);
+int  cuda_matvec_pair(cuda_ctx *c, const cuda_matvec_seg s[2], int64_t k, const void *xq_dev, err *e);
 
 /* ==== Float row ops (ops.h numerics) ====
  * cuda_rmsnorm: `rows` rows of n floats (stride n): y = (x * scale) * w,

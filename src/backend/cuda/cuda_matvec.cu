@@ -1130,19 +1130,20 @@ __device__ __forceinline__ void co_place(void)
     __syncwarp();
 }
 
-/* grid: (ceil(rows / R), n_batch); block: 32 * MVD_WARPS threads. R is a
- * multiple of MVD_WARPS * (32 >> lg_s) (rows of one pass of the CTA). */
-template <int QT, bool CO = false, int XQ = MV_XQ_NONE>
-__global__ void __launch_bounds__(32 * MVD_WARPS, QT == CUDA_Q8_0_SPLIT ? 5 : 4)
-k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
-                int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, float *y, size_t y_stride,
-                mv_ext ex)
+/* The direct kernel's CTA: rows [blk R, blk R + R) of its matrix (blk is
+ * blockIdx.x in k_matvec_direct; k_matvec_pair passes each CTA's place in
+ * its own matrix). R is a multiple of MVD_WARPS * (32 >> lg_s) (rows of
+ * one pass of the CTA). */
+template <int QT, bool CO, int XQ>
+__device__ __forceinline__ void mvd_cta(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids,
+                                        int rows, int k, int R, int lg_s, const uint8_t *__restrict__ xq,
+                                        size_t x_stride, float *y, size_t y_stride, const mv_ext &ex, int blk)
 {
     typedef mv_traits<QT> T;
     extern __shared__ __align__(16) uint8_t smem[];
     const int nb = k / T::BE, rb = nb * T::BB, nit = nb * T::IPB;
     const int b = mv_pick(ex, &W, &y);   /* kernel arguments only */
-    const int r0 = blockIdx.x * R;
+    const int r0 = blk * R;
     const int nr = min(R, rows - r0);
     /* A matrix chosen by the batch index alone (no ids), or by ids written
      * two or more launches back (ex.ids_early: the down projection's, by
@@ -1237,6 +1238,39 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
 #undef MVD_ISSUE
 #undef MVD_LOAD
 #undef MVD_ROW
+}
+
+/* grid: (ceil(rows / R), n_batch); block: 32 * MVD_WARPS threads. */
+template <int QT, bool CO = false, int XQ = MV_XQ_NONE>
+__global__ void __launch_bounds__(32 * MVD_WARPS, QT == CUDA_Q8_0_SPLIT ? 5 : 4)
+k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
+                int R, int lg_s, const uint8_t *__restrict__ xq, size_t x_stride, float *y, size_t y_stride,
+                mv_ext ex)
+{
+    mvd_cta<QT, CO, XQ>(W, w_stride, ids, rows, k, R, lg_s, xq, x_stride, y, y_stride, ex, blockIdx.x);
+}
+
+/* ---- two matrices of two types in one launch (cuda_matvec_pair) ----
+ * One dependent phase where two launches made two: a Q4_K_M file's q+k
+ * (Q4_K) and its Q6_K v in half of its layers. Each matrix keeps the
+ * geometry its own launch would take (mvd_plan: lanes a row, R, co), so
+ * every output is its own launch's bit for bit; CTAs [0, nblk_a) take
+ * matrix a, the rest matrix b. Both types unpack the activation row the
+ * same way (mv_traits ACT), so one xq serves both. */
+struct mvd_seg {
+    const uint8_t *W;
+    float *y;
+    int rows, R, lg_s;
+};
+template <int QA, bool COA, int QB>
+__global__ void __launch_bounds__(32 * MVD_WARPS, 4)
+k_matvec_pair(mvd_seg a, mvd_seg b, int k, const uint8_t *__restrict__ xq, int nblk_a, mv_ext ex)
+{
+    static_assert((int)mv_traits<QA>::ACT == (int)mv_traits<QB>::ACT, "one activation row for both matrices");
+    if ((int)blockIdx.x < nblk_a)
+        mvd_cta<QA, COA, MV_XQ_NONE>(a.W, 0, NULL, a.rows, k, a.R, a.lg_s, xq, 0, a.y, 0, ex, blockIdx.x);
+    else
+        mvd_cta<QB, false, MV_XQ_NONE>(b.W, 0, NULL, b.rows, k, b.R, b.lg_s, xq, 0, b.y, 0, ex, blockIdx.x - nblk_a);
 }
 
 /* ---- grouped matmul (prompt chunks) ----
@@ -1389,6 +1423,20 @@ static int mv_attr(int lim, err *e)
     return r;
 }
 
+/* The pair kernels' instances: q+k's type (co or not) with a Q6_K v. */
+template <int QA, int QB>
+static int mvp_attr(int lim, err *e)
+{
+    int r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_pair<QA, false, QB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              lim - MV_SMEM_STATIC),
+                      "matvec pair smem attribute");
+    if (!r)
+        r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_pair<QA, true, QB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              lim - MV_SMEM_STATIC),
+                      "matvec pair smem attribute");
+    return r;
+}
+
 int cuda_matvec_init(cuda_ctx *c, err *e)
 {
     const int lim = (int)c->info.smem_per_block_optin;
@@ -1396,9 +1444,35 @@ int cuda_matvec_init(cuda_ctx *c, err *e)
     if ((r = mv_attr<QTYPE_Q4_K>(lim, e)) || (r = mv_attr<QTYPE_Q5_K>(lim, e)) || (r = mv_attr<QTYPE_Q6_K>(lim, e)) ||
         (r = mv_attr<QTYPE_Q8_0>(lim, e)) || (r = mv_attr<CUDA_Q8_0_SPLIT>(lim, e)) || (r = mv_attr<QTYPE_Q4_0>(lim, e)) || (r = mv_attr<QTYPE_Q5_0>(lim, e)) ||
         (r = mv_attr<QTYPE_Q4_1>(lim, e)) || (r = mv_attr<QTYPE_Q5_1>(lim, e)) || (r = mv_attr<QTYPE_F32>(lim, e)) ||
-        (r = mv_attr<QTYPE_F16>(lim, e)) || (r = mv_attr<QTYPE_BF16>(lim, e)))
+        (r = mv_attr<QTYPE_F16>(lim, e)) || (r = mv_attr<QTYPE_BF16>(lim, e)) ||
+        (r = mvp_attr<QTYPE_Q4_K, QTYPE_Q6_K>(lim, e)) || (r = mvp_attr<QTYPE_Q5_K, QTYPE_Q6_K>(lim, e)))
         return r;
     return 0;
+}
+
+/* A direct launch's geometry for one matrix of rows x k, nbat matrices
+ * (mvd_geometry, mvd_co_ok), its CTAs a matrix (nblk) and its dynamic
+ * shared memory: the activation, + the co buffers (mv_run adds the norm's
+ * row where it applies). */
+struct mvd_plan {
+    int lg_s, R;
+    bool co;
+    size_t dsm;
+    unsigned nblk;
+};
+template <int QT>
+static mvd_plan mvd_plan_of(const cuda_ctx *c, int rows, int k, int64_t nbat)
+{
+    typedef mv_traits<QT> T;
+    const int rb = k / T::BE * T::BB;
+    const size_t act = mv_act_bytes(T::ACT, k, T::BE);
+    const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
+    mvd_plan p;
+    mvd_geometry(c, nit, T::U, rows, rb, nbat, &p.lg_s, &p.R);
+    p.co = mvd_co_ok(QT, nit, p.lg_s, p.R);
+    p.dsm = p.co ? ((act + 15) & ~(size_t)15) + mvd_co_bytes(rb, p.lg_s) : act;
+    p.nblk = (unsigned)((rows + p.R - 1) / p.R);
+    return p;
 }
 
 /* cuda_matvec_batch launches the direct kernel (what measured faster on
@@ -1413,7 +1487,6 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     const int k = (int)a->k, rows = (int)a->rows;
     const int rb = k / T::BE * T::BB;   /* <= 4 k: k <= INT_MAX / 8 */
     const size_t act = mv_act_bytes(T::ACT, k, T::BE);
-    const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
     const uint8_t *w = (const uint8_t *)a->w, *xq = (const uint8_t *)a->xq;
     if (a->w2 && ((uintptr_t)a->w2 & wal))
         return err_setf(e, ERR_USAGE, "cuda_matvec: %s weights need %d-byte alignment", mv_type_name(a->wtype),
@@ -1447,10 +1520,10 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     /* the launch's matrices: both sets when there are two */
     const int64_t nbat = a->w2 ? 2 * (int64_t)a->n_batch : a->n_batch;
     if (c->mv_force != 1 || a->xquant == CUDA_XQ_NORM) {
-        int lg_s, R;
-        mvd_geometry(c, nit, T::U, rows, rb, nbat, &lg_s, &R);
-        const bool co = mvd_co_ok(QT, nit, lg_s, R);
-        size_t dsm = co ? ((act + 15) & ~(size_t)15) + mvd_co_bytes(rb, lg_s) : act;   /* + the co buffers */
+        const mvd_plan p = mvd_plan_of<QT>(c, rows, k, nbat);
+        const int lg_s = p.lg_s, R = p.R;
+        const bool co = p.co;
+        size_t dsm = p.dsm;
         if (a->xquant == CUDA_XQ_NORM) {   /* + the normed row and the norm's RMS_THREADS / 32 partial sums */
             dsm = (dsm + 15) & ~(size_t)15;
             ex.nrm_off = (int)dsm;
@@ -1458,7 +1531,7 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
         }
         if (dsm + MV_SMEM_STATIC > c->info.smem_per_block_optin)
             return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, dsm);
-        const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)nbat);
+        const dim3 grid(p.nblk, (unsigned)nbat);
         mvd_fn fn = mvd_pick<QT, false>(a->xquant, ex.x_early);
         if constexpr (mvd_co_t<QT>::OK)
             if (co) fn = mvd_pick<QT, true>(a->xquant, ex.x_early);
@@ -1582,6 +1655,45 @@ extern "C" int cuda_matvec(cuda_ctx *c, int wtype, const void *w, int64_t rows, 
     a.xq = xq;
     a.y = y;
     return cuda_matvec_batch(c, &a, e);
+}
+
+template <int QA, int QB>
+static int mvp_run(cuda_ctx *c, const cuda_matvec_seg *s, int64_t k, const void *xq, err *e)
+{
+    TRY_MV(mv_check<QA>("cuda_matvec_pair", s[0].rows, k, 1, s[0].w, 0, xq, 0, e));
+    TRY_MV(mv_check<QB>("cuda_matvec_pair", s[1].rows, k, 1, s[1].w, 0, xq, 0, e));
+    if (c->mv_force == 1) {   /* the tile kernel asked for: two launches of it */
+        TRY_MV(cuda_matvec(c, s[0].wtype, s[0].w, s[0].rows, k, xq, s[0].y, e));
+        return cuda_matvec(c, s[1].wtype, s[1].w, s[1].rows, k, xq, s[1].y, e);
+    }
+    const mvd_plan pa = mvd_plan_of<QA>(c, (int)s[0].rows, (int)k, 1), pb = mvd_plan_of<QB>(c, (int)s[1].rows, (int)k, 1);
+    const size_t dsm = pa.dsm > pb.dsm ? pa.dsm : pb.dsm;
+    if (pb.co || dsm + MV_SMEM_STATIC > c->info.smem_per_block_optin)
+        return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec_pair: k=%lld too large (%zu bytes of shared memory)",
+                        (long long)k, dsm);
+    const mvd_seg sa = {(const uint8_t *)s[0].w, s[0].y, (int)s[0].rows, pa.R, pa.lg_s};
+    const mvd_seg sb = {(const uint8_t *)s[1].w, s[1].y, (int)s[1].rows, pb.R, pb.lg_s};
+    mv_ext ex;
+    memset(&ex, 0, sizeof ex);
+    const dim3 grid(pa.nblk + pb.nblk);
+    if (pa.co)
+        return cuda_launch(c, k_matvec_pair<QA, true, QB>, grid, 32 * MVD_WARPS, dsm, e, "matvec pair", sa, sb, (int)k,
+                           (const uint8_t *)xq, (int)pa.nblk, ex);
+    return cuda_launch(c, k_matvec_pair<QA, false, QB>, grid, 32 * MVD_WARPS, dsm, e, "matvec pair", sa, sb, (int)k,
+                       (const uint8_t *)xq, (int)pa.nblk, ex);
+}
+
+extern "C" int cuda_matvec_pair_ok(int wtype_a, int wtype_b)
+{
+    return (wtype_a == QTYPE_Q4_K || wtype_a == QTYPE_Q5_K) && wtype_b == QTYPE_Q6_K;
+}
+
+extern "C" int cuda_matvec_pair(cuda_ctx *c, const cuda_matvec_seg s[2], int64_t k, const void *xq, err *e)
+{
+    if (s[0].wtype == QTYPE_Q4_K && s[1].wtype == QTYPE_Q6_K) return mvp_run<QTYPE_Q4_K, QTYPE_Q6_K>(c, s, k, xq, e);
+    if (s[0].wtype == QTYPE_Q5_K && s[1].wtype == QTYPE_Q6_K) return mvp_run<QTYPE_Q5_K, QTYPE_Q6_K>(c, s, k, xq, e);
+    return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec_pair: no kernel for %s then %s (cuda_matvec_pair_ok)",
+                    mv_type_name(s[0].wtype), mv_type_name(s[1].wtype));
 }
 
 CUDA_TRACE_BIND(matvec)

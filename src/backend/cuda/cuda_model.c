@@ -1001,23 +1001,42 @@ static int mat_continues(const dmat *a, const float *ya, const dmat *b, const fl
 }
 
 /* q, k and v = wq, wk, wv times the one quantized row xq, in as few matvec
- * launches as their storage allows: each run of consecutive matrices that
- * continue one another (mat_continues) is one matrix. One launch when all
- * three share a type (then they are n_head + 2 n_head_kv heads' rows); a
- * Q4_K_M file's layers with a Q6_K attn_v take q+k, then v (llama-quantize
- * gives attn_v more bits in half the layers), and an 8-expert file's Q8_0
- * attn_k/attn_v q, then k+v: two dependent launches, not three. Each row's
- * dot is the same whatever matrix it is launched in. */
+ * launches as their storage and types allow: each run of consecutive
+ * matrices that continue one another (mat_continues) is one matrix. One
+ * launch when all three share a type (then they are n_head + 2 n_head_kv
+ * heads' rows); a Q4_K_M file's layers with a Q6_K attn_v (llama-quantize
+ * gives attn_v more bits in half the layers) have two runs, q+k then v,
+ * which cuda_matvec_pair takes in one launch as well (cuda_matvec_pair_ok);
+ * an 8-expert file's Q8_0 attn_k/attn_v: q, then k+v, two launches (their
+ * activations differ: Q8_K and Q8_0 blocks, one row xq cannot serve both).
+ * Each row's dot is the same whatever matrix or launch it is in. */
 static int mv_qkv(cuda_model *m, const dlayer *dl, const void *xq, err *e)
 {
     const dmat *w[3] = { &dl->wq, &dl->wk, &dl->wv };
     float *y[3] = { m->q, m->k, m->v };
+    int first[4], nrun = 0;   /* run r: matrices first[r] .. first[r + 1] - 1 */
+    int64_t rows[3];
     for (int i = 0; i < 3;) {
         int j = i + 1;
-        int64_t rows = w[i]->rows;
-        while (j < 3 && mat_continues(w[j - 1], y[j - 1], w[j], y[j])) rows += w[j++]->rows;
-        STAGE(CUDA_STAGE_QKV, cuda_matvec(m->cu, w[i]->mvtype, w[i]->d, rows, w[i]->k, xq, y[i], e));
+        rows[nrun] = w[i]->rows;
+        while (j < 3 && mat_continues(w[j - 1], y[j - 1], w[j], y[j])) rows[nrun] += w[j++]->rows;
+        first[nrun++] = i;
         i = j;
+    }
+    first[nrun] = 3;
+    int r = 0;
+    if (nrun >= 2 && w[first[0]]->k == w[first[1]]->k &&
+        cuda_matvec_pair_ok(w[first[0]]->mvtype, w[first[1]]->mvtype)) {
+        const cuda_matvec_seg s[2] = {
+            { w[first[0]]->mvtype, w[first[0]]->d, rows[0], y[first[0]] },
+            { w[first[1]]->mvtype, w[first[1]]->d, rows[1], y[first[1]] },
+        };
+        STAGE(CUDA_STAGE_QKV, cuda_matvec_pair(m->cu, s, w[0]->k, xq, e));
+        r = 2;
+    }
+    for (; r < nrun; r++) {
+        const dmat *a = w[first[r]];
+        STAGE(CUDA_STAGE_QKV, cuda_matvec(m->cu, a->mvtype, a->d, rows[r], a->k, xq, y[first[r]], e));
     }
     return 0;
 }
