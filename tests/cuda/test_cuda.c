@@ -455,6 +455,64 @@ TEST(test_matvec_pair)
     err_clear(&e);
 }
 
+/* Q6_K rows copied by 16-byte spans (mvd_cos: a warp's rows whole in
+ * one pass, weights 16-aligned) give bit for bit what the 2-byte-aligned
+ * global loads give: the same matrices at w and at w + 2 (which cannot
+ * take the copies), batches with ids and a second stack (w2, as gate and
+ * up), shapes of 8, 24 (an expert's down at k = 768) and 64 (k = 2048)
+ * items a row, rows ending mid-CTA, one whose bytes are not a multiple
+ * of 16 (37 x 630: no copies) and one too long for a pass (k = 8448): the
+ * global path either way for the last two. */
+TEST(test_matvec_q6k_span)
+{
+    static const int64_t shapes[][2] = {{2048, 768}, {512, 2048}, {40, 2048}, {96, 256}, {37, 768}, {48, 8448}};   /* rows, k */
+    const int nmat = 4, nb = 3;
+    const int32_t ids[3] = {2, 0, 3};
+    err e = {0};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], k = shapes[si][1];
+        size_t ms;
+        uint8_t *w = quant_stack(QTYPE_Q6_K, rows, k, nmat, &ms);
+        float *x = xmalloc(sizeof(float) * k * nb);
+        for (int64_t i = 0; i < k * nb; i++) x[i] = frand() * 2.0f;
+        const size_t ab = cuda_act_bytes(QTYPE_Q6_K, k), ny = (size_t)rows * nb;
+        uint8_t *dal = dev_alloc(ms * nmat + 16), *dun = dev_alloc(ms * nmat + 16), *dq = dev_alloc(ab * nb);
+        CHECK(cuda_upload(g_cu, dal, w, ms * nmat, &e) == 0);
+        CHECK(cuda_upload(g_cu, dun + 2, w, ms * nmat, &e) == 0);   /* 2 mod 16: no span copies */
+        float *dx = dev_from(x, sizeof(float) * k * nb);
+        int32_t *dids = dev_from(ids, sizeof ids);
+        float *dy = dev_alloc(sizeof(float) * ny * 2);
+        float *y[2] = {xmalloc(sizeof(float) * ny * 2), xmalloc(sizeof(float) * ny * 2)};
+        CHECK_MSG(cuda_act_quant(g_cu, QTYPE_Q6_K, dx, dq, k, nb, &e) == 0, "%s", e.msg);
+        for (int mode = 0; mode < 3; mode++) {   /* one matrix; a batch with ids; the batch and w2 */
+            for (int a = 0; a < 2; a++) {
+                const uint8_t *dw = a ? dun + 2 : dal;
+                cuda_matvec_args ar = {
+                    .wtype = QTYPE_Q6_K, .w = dw, .w_stride = ms, .ids = mode ? dids : NULL, .rows = rows, .k = k,
+                    .n_batch = mode ? nb : 1, .xq = dq, .x_stride = mode ? ab : 0, .y = dy, .y_stride = (size_t)rows,
+                    .w2 = mode == 2 ? dw + ms : NULL, .y2 = mode == 2 ? dy + ny : NULL,
+                };
+                CHECK(cuda_memset(g_cu, dy, 0xFF, sizeof(float) * ny * 2, &e) == 0);
+                CHECK_MSG(cuda_matvec_batch(g_cu, &ar, &e) == 0, "%s", e.msg);
+                CHECK(cuda_download(g_cu, y[a], dy, sizeof(float) * ny * 2, &e) == 0);
+            }
+            const size_t n = mode == 0 ? (size_t)rows : mode == 1 ? ny : 2 * ny;
+            int bad = 0, nan = 0;
+            for (size_t i = 0; i < n; i++) {
+                bad += memcmp(&y[0][i], &y[1][i], 4) != 0;
+                nan += y[0][i] != y[0][i];
+            }
+            CHECK_MSG(bad == 0 && nan == 0, "q6_K %lldx%lld mode %d: %d of %zu outputs differ between 16- and 2-aligned "
+                      "weights, %d NaN", (long long)rows, (long long)k, mode, bad, n, nan);
+        }
+        printf("  q6_K spans %5lld x %-5lld: 16-aligned weights bit-identical to 2-aligned (matrix, ids, w2)\n",
+               (long long)rows, (long long)k);
+        cuda_free(g_cu, dal); cuda_free(g_cu, dun); cuda_free(g_cu, dq); cuda_free(g_cu, dx); cuda_free(g_cu, dids);
+        cuda_free(g_cu, dy);
+        free(w); free(x); free(y[0]); free(y[1]);
+    }
+}
+
 /* xquant: the matvec quantizing its f32 rows itself (CUDA_XQ_F32) or
  * swiglu(g, u) (CUDA_XQ_SWIGLU) gives bit for bit what cuda_act_quant (or
  * cuda_act_quant_swiglu) then the plain matvec give (and norming one,
@@ -1377,6 +1435,7 @@ int main(int argc, char **argv)
     RUN(test_act_quant);
     RUN(test_matvec);
     RUN(test_matvec_pair);
+    RUN(test_matvec_q6k_span);
     RUN(test_matvec_batch);
     RUN(test_matvec_xquant);
     RUN(test_matmul);

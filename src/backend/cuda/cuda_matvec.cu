@@ -1099,13 +1099,44 @@ static bool mvd_co_ok(int qt, int64_t nit, int lg_s, int R)
 {
     return mvd_co_type(qt) && nit <= (1 << lg_s) && R == MVD_WARPS * (32 >> lg_s);
 }
-/* co's shared memory after the activation (16-aligned), all warps; a row's
- * stride qd_co_rs16 (cuda_qdot.cuh, checked on the CPU by test_cuda_emu) */
-static size_t mvd_co_bytes(int rb, int lg_s)
+
+/* ---- span copies for Q6_K (cos) ----
+ * Q6_K blocks are 210 bytes, so rows are only 2-byte aligned, and a lane's
+ * item of 32 weights reads nine 4-byte words (qd_ld64_a2), four scale
+ * bytes and the scale d from global memory: ~14 load instructions where
+ * a 16-byte load would take two. When a warp's pass holds its rows whole
+ * (rpw rows of nit <= S U items), the warp copies the 16-byte chunks that
+ * cover its rows' bytes [p, p + n) -- from p rounded down to 16 up to p + n
+ * rounded up -- to its buffer by cp.async (lane l chunks l + 32 j), so each
+ * row lands at its own offset mod 16 (p & 15 + its place): the items read
+ * the same bytes at the same alignment from shared memory, and every sum is
+ * the global path's bit for bit. The covering chunks stay inside the
+ * matrix where its start, stride and size are multiples of 16 (the host
+ * checks: mvd_cos_ok). NCH: a lane's chunks at most (rpw rb <= 32 U / IPB
+ * blocks of BB bytes, + 2 partial chunks). */
+__host__ __device__ constexpr bool mvd_cos_type(int qt) { return qt == QTYPE_Q6_K; }
+template <int QT> struct mvd_cos_t {
+    static constexpr bool OK = mvd_cos_type(QT);
+    static constexpr int NCH = (32 * mv_traits<QT>::U / mv_traits<QT>::IPB * mv_traits<QT>::BB / 16 + 2 + 31) / 32;
+};
+/* the instances with a coalesced path of either kind */
+template <int QT> struct mvd_co_any { static constexpr bool OK = mvd_co_t<QT>::OK || mvd_cos_t<QT>::OK; };
+template <int QT>
+static bool mvd_cos_ok(int64_t nit, int lg_s, int R, const void *w, size_t w_stride, const void *w2, int64_t rows, int rb)
 {
-    const int rpw = 32 >> lg_s;
-    return (size_t)MVD_WARPS * rpw * 16 * qd_co_rs16(rb, rpw);
+    return mvd_cos_type(QT) && nit <= ((int64_t)mv_traits<QT>::U << lg_s) && R == MVD_WARPS * (32 >> lg_s) &&
+           !(((uintptr_t)w | (uintptr_t)w2 | w_stride | ((size_t)rows * (size_t)rb)) & 15);
 }
+
+/* A warp's buffer after the activation (16-aligned): co, its rows at the
+ * stride qd_co_rs16 (cuda_qdot.cuh, checked on the CPU by test_cuda_emu);
+ * cos, its rows' covering chunks (<= rpw rb + 30 bytes). */
+__host__ __device__ __forceinline__ size_t mvd_co_wbytes(int qt, int rb, int rpw)
+{
+    return mvd_cos_type(qt) ? (((size_t)rpw * rb + 15) & ~(size_t)15) + 32 : (size_t)rpw * 16 * qd_co_rs16(rb, rpw);
+}
+/* the co buffers of all warps */
+static size_t mvd_co_bytes(int qt, int rb, int lg_s) { return (size_t)MVD_WARPS * mvd_co_wbytes(qt, rb, 32 >> lg_s); }
 
 /* The warp's nch chunks at src copied to its buffer ws by 16-byte cp.async
  * (lane: chunks lane + 32 j; no registers held while they are in flight),
@@ -1128,6 +1159,21 @@ __device__ __forceinline__ void co_place(void)
 {
     cp_async_wait_all();
     __syncwarp();
+}
+
+/* cos: the 16-byte chunks covering [src, src + n) to ws (chunk c at 16 c,
+ * so byte src + j lands at ws + (src & 15) + j); at most 32 NCH chunks. */
+template <int NCH>
+__device__ __forceinline__ void cos_issue(uint8_t *ws, const uint8_t *src, int n, int lane)
+{
+    const uintptr_t a0 = (uintptr_t)src & ~(uintptr_t)15;
+    const int nch = (int)(((uintptr_t)src + (unsigned)n + 15 - a0) >> 4);
+#pragma unroll
+    for (int j = 0; j < NCH; j++) {
+        const int c = lane + 32 * j;
+        if (c < nch) cp_async16(ws + 16 * c, (const uint8_t *)a0 + 16 * (size_t)c);
+    }
+    cp_async_commit();
 }
 
 /* The direct kernel's CTA: rows [blk R, blk R + R) of its matrix (blk is
@@ -1172,21 +1218,27 @@ __device__ __forceinline__ void mvd_cta(const uint8_t *__restrict__ W, size_t w_
     mv_w<QT> wr[T::U];
     /* a CTA whose rows are one pass of its lanes has all its bytes in
      * flight from the hoisted loads: no L2 prefetch then */
-    /* coalesced loads (Q4_K, Q5_K, a warp's pass holds whole rows: see mvd_co) */
-    constexpr bool co = mvd_co_t<QT>::OK && CO;   /* the host's choice: mvd_co_ok */
-    const bool pf = !(mv_w<QT>::H || co) || nr > MVD_WARPS * rpw || nit > S * T::U;
+    /* coalesced loads (Q4_K, Q5_K, a warp's pass holds whole rows: see mvd_co;
+     * Q6_K the same by span copies: mvd_cos) */
+    constexpr bool co = mvd_co_t<QT>::OK && CO;     /* the host's choice: mvd_co_ok */
+    constexpr bool span = mvd_cos_t<QT>::OK && CO;   /* mvd_cos_ok */
+    const bool pf = !(mv_w<QT>::H || co || span) || nr > MVD_WARPS * rpw || nit > S * T::U;
     const int cpr = rb / 16, rs16 = qd_co_rs16(rb, rpw);
-    uint8_t *ws = smem + ((mv_act_bytes(T::ACT, k, T::BE) + 15) & ~(size_t)15) + (size_t)warp * rpw * 16 * rs16;
+    uint8_t *ws = smem + ((mv_act_bytes(T::ACT, k, T::BE) + 15) & ~(size_t)15) + (size_t)warp * mvd_co_wbytes(QT, rb, rpw);
     const unsigned rcp = qd_co_rcp((unsigned)cpr);
-#define MVD_ISSUE(base) \
-    co_issue<mvd_co_t<QT>::NCH>(ws, g + (size_t)(base) * rb, min(rpw, nr - (base)) * cpr, (unsigned)cpr, rcp, rs16, lane)
+#define MVD_ISSUE(base)                                                                                          \
+    do {                                                                                                         \
+        if constexpr (span) cos_issue<mvd_cos_t<QT>::NCH>(ws, g + (size_t)(base) * rb, min(rpw, nr - (base)) * rb, lane);    \
+        else co_issue<mvd_co_t<QT>::NCH>(ws, g + (size_t)(base) * rb, min(rpw, nr - (base)) * cpr, (unsigned)cpr, \
+                                         rcp, rs16, lane);                                                       \
+    } while (0)
     int mat = b;
     const uint8_t *g = NULL;
     if (early) {
         if (ids) mat = __ldcg(ids + b);
         g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
-        if ((mv_w<QT>::H || co) && base0 < nr) {   /* the first pass, before the wait */
-            if (co) MVD_ISSUE(base0);
+        if ((mv_w<QT>::H || co || span) && base0 < nr) {   /* the first pass, before the wait */
+            if (co || span) MVD_ISSUE(base0);
             else MVD_LOAD(wr, g, base0, 0);
         }
         if (pf) mvd_prefetch_l2(g, (size_t)nr * rb);
@@ -1202,8 +1254,8 @@ __device__ __forceinline__ void mvd_cta(const uint8_t *__restrict__ W, size_t w_
     if (!early) {
         mat = ids[b];
         g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
-        if ((mv_w<QT>::H || co) && base0 < nr) {   /* the first pass, before the unpack */
-            if (co) MVD_ISSUE(base0);
+        if ((mv_w<QT>::H || co || span) && base0 < nr) {   /* the first pass, before the unpack */
+            if (co || span) MVD_ISSUE(base0);
             else MVD_LOAD(wr, g, base0, 0);
         }
         if (pf) mvd_prefetch_l2(g, (size_t)nr * rb);
@@ -1223,7 +1275,19 @@ __device__ __forceinline__ void mvd_cta(const uint8_t *__restrict__ W, size_t w_
                                         min(sl, nit - 1), nb);
             acc += sl < nit ? v : 0.f;
         }
-        for (int c = 0; c < (co ? 0 : nit); c += S * T::U) {
+        if (span) {   /* one pass holds the rows: the lane's U items from the warp's copy, in the loop's order */
+            const int nrw = min(rpw, nr - base);
+            co_place();
+            const uint8_t *wrow =
+                ws + ((uintptr_t)(g + (size_t)base * rb) & 15) + (size_t)rb * min(i - base, nrw - 1);
+#pragma unroll
+            for (int u = 0; u < T::U; u++) {
+                const int it = sl + S * u;
+                const float v = mv_item<QT>(wrow, xs, sxd, sxbs, min(it, nit - 1), nb);
+                acc += it < nit ? v : 0.f;
+            }
+        }
+        for (int c = 0; c < (co || span ? 0 : nit); c += S * T::U) {
             if (!co && (!mv_w<QT>::H || base != base0 || c != 0)) MVD_LOAD(wr, g, base, c);
 #pragma unroll
             for (int u = 0; u < T::U; u++) {
@@ -1262,7 +1326,7 @@ struct mvd_seg {
     float *y;
     int rows, R, lg_s;
 };
-template <int QA, bool COA, int QB>
+template <int QA, bool COA, int QB, bool COB>
 __global__ void __launch_bounds__(32 * MVD_WARPS, 4)
 k_matvec_pair(mvd_seg a, mvd_seg b, int k, const uint8_t *__restrict__ xq, int nblk_a, mv_ext ex)
 {
@@ -1270,7 +1334,7 @@ k_matvec_pair(mvd_seg a, mvd_seg b, int k, const uint8_t *__restrict__ xq, int n
     if ((int)blockIdx.x < nblk_a)
         mvd_cta<QA, COA, MV_XQ_NONE>(a.W, 0, NULL, a.rows, k, a.R, a.lg_s, xq, 0, a.y, 0, ex, blockIdx.x);
     else
-        mvd_cta<QB, false, MV_XQ_NONE>(b.W, 0, NULL, b.rows, k, b.R, b.lg_s, xq, 0, b.y, 0, ex, blockIdx.x - nblk_a);
+        mvd_cta<QB, COB, MV_XQ_NONE>(b.W, 0, NULL, b.rows, k, b.R, b.lg_s, xq, 0, b.y, 0, ex, blockIdx.x - nblk_a);
 }
 
 /* ---- grouped matmul (prompt chunks) ----
@@ -1409,7 +1473,7 @@ static int mv_attr(int lim, err *e)
                                               lim - MV_SMEM_STATIC),
                       "matvec smem attribute");
     if (!r) r = mvd_attr<QT, false>(lim, e);
-    if constexpr (mvd_co_t<QT>::OK)   /* the coalesced instances exist for Q4_K and Q5_K only */
+    if constexpr (mvd_co_any<QT>::OK)   /* the coalesced instances exist for Q4_K, Q5_K and Q6_K only */
         if (!r) r = mvd_attr<QT, true>(lim, e);
     if (!r)
         r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1423,18 +1487,26 @@ static int mv_attr(int lim, err *e)
     return r;
 }
 
-/* The pair kernels' instances: q+k's type (co or not) with a Q6_K v. */
+/* The pair kernel's instance for q+k's type QA and v's QB, each on its
+ * coalesced path or not (mvd_plan_of). */
+typedef void (*mvp_fn)(mvd_seg, mvd_seg, int, const uint8_t *, int, mv_ext);
+template <int QA, int QB>
+static mvp_fn mvp_pick(bool coa, bool cob)
+{
+    if (coa) return cob ? k_matvec_pair<QA, true, QB, true> : k_matvec_pair<QA, true, QB, false>;
+    return cob ? k_matvec_pair<QA, false, QB, true> : k_matvec_pair<QA, false, QB, false>;
+}
 template <int QA, int QB>
 static int mvp_attr(int lim, err *e)
 {
-    int r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_pair<QA, false, QB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              lim - MV_SMEM_STATIC),
-                      "matvec pair smem attribute");
-    if (!r)
-        r = cuda_fail(e, cudaFuncSetAttribute(k_matvec_pair<QA, true, QB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              lim - MV_SMEM_STATIC),
-                      "matvec pair smem attribute");
-    return r;
+    for (int i = 0; i < 4; i++) {
+        const int r = cuda_fail(e, cudaFuncSetAttribute(mvp_pick<QA, QB>(i & 1, i >> 1),
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        lim - MV_SMEM_STATIC),
+                                "matvec pair smem attribute");
+        if (r) return r;
+    }
+    return 0;
 }
 
 int cuda_matvec_init(cuda_ctx *c, err *e)
@@ -1451,9 +1523,10 @@ int cuda_matvec_init(cuda_ctx *c, err *e)
 }
 
 /* A direct launch's geometry for one matrix of rows x k, nbat matrices
- * (mvd_geometry, mvd_co_ok), its CTAs a matrix (nblk) and its dynamic
- * shared memory: the activation, + the co buffers (mv_run adds the norm's
- * row where it applies). */
+ * (mvd_geometry; co: mvd_co_ok or, for Q6_K, mvd_cos_ok on the weights w,
+ * w2 and their stride), its CTAs a matrix (nblk) and its dynamic shared
+ * memory: the activation, + the co buffers (mv_run adds the norm's row
+ * where it applies). */
 struct mvd_plan {
     int lg_s, R;
     bool co;
@@ -1461,7 +1534,8 @@ struct mvd_plan {
     unsigned nblk;
 };
 template <int QT>
-static mvd_plan mvd_plan_of(const cuda_ctx *c, int rows, int k, int64_t nbat)
+static mvd_plan mvd_plan_of(const cuda_ctx *c, int rows, int k, int64_t nbat, const void *w, size_t w_stride,
+                            const void *w2)
 {
     typedef mv_traits<QT> T;
     const int rb = k / T::BE * T::BB;
@@ -1469,8 +1543,8 @@ static mvd_plan mvd_plan_of(const cuda_ctx *c, int rows, int k, int64_t nbat)
     const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
     mvd_plan p;
     mvd_geometry(c, nit, T::U, rows, rb, nbat, &p.lg_s, &p.R);
-    p.co = mvd_co_ok(QT, nit, p.lg_s, p.R);
-    p.dsm = p.co ? ((act + 15) & ~(size_t)15) + mvd_co_bytes(rb, p.lg_s) : act;
+    p.co = mvd_co_ok(QT, nit, p.lg_s, p.R) || mvd_cos_ok<QT>(nit, p.lg_s, p.R, w, w_stride, w2, rows, rb);
+    p.dsm = p.co ? ((act + 15) & ~(size_t)15) + mvd_co_bytes(QT, rb, p.lg_s) : act;
     p.nblk = (unsigned)((rows + p.R - 1) / p.R);
     return p;
 }
@@ -1520,7 +1594,7 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
     /* the launch's matrices: both sets when there are two */
     const int64_t nbat = a->w2 ? 2 * (int64_t)a->n_batch : a->n_batch;
     if (c->mv_force != 1 || a->xquant == CUDA_XQ_NORM) {
-        const mvd_plan p = mvd_plan_of<QT>(c, rows, k, nbat);
+        const mvd_plan p = mvd_plan_of<QT>(c, rows, k, nbat, a->w, a->w_stride, a->w2);
         const int lg_s = p.lg_s, R = p.R;
         const bool co = p.co;
         size_t dsm = p.dsm;
@@ -1533,7 +1607,7 @@ static int mv_run(cuda_ctx *c, const cuda_matvec_args *a, err *e)
             return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec: k=%d too large (%zu bytes of shared memory)", k, dsm);
         const dim3 grid(p.nblk, (unsigned)nbat);
         mvd_fn fn = mvd_pick<QT, false>(a->xquant, ex.x_early);
-        if constexpr (mvd_co_t<QT>::OK)
+        if constexpr (mvd_co_any<QT>::OK)
             if (co) fn = mvd_pick<QT, true>(a->xquant, ex.x_early);
         return cuda_launch(c, fn, grid, 32 * MVD_WARPS, dsm, e, "matvec", w, a->w_stride, a->ids, rows, k, R, lg_s, xq,
                            a->x_stride, a->y, a->y_stride, ex);
@@ -1576,7 +1650,7 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_items);
     if constexpr (mvd_co_t<QT>::OK)
         if (mvd_co_ok(QT, nit, lg_s, R)) {   /* coalesced loads: the warps' row buffers after the activations */
-            const size_t csm = smem + mvd_co_bytes(rb, lg_s);
+            const size_t csm = smem + mvd_co_bytes(QT, rb, lg_s);
             if (csm + MV_SMEM_STATIC + 3 * 8 * CUDA_MM_NB <= c->info.smem_per_block_optin)
                 return cuda_launch(c, k_matmul_direct<QT, true>, grid, 32 * MVD_WARPS, csm, e, "matmul",
                                    (const uint8_t *)a->w, a->w_stride, a->ids, rows, k, R, lg_s,
@@ -1666,9 +1740,10 @@ static int mvp_run(cuda_ctx *c, const cuda_matvec_seg *s, int64_t k, const void 
         TRY_MV(cuda_matvec(c, s[0].wtype, s[0].w, s[0].rows, k, xq, s[0].y, e));
         return cuda_matvec(c, s[1].wtype, s[1].w, s[1].rows, k, xq, s[1].y, e);
     }
-    const mvd_plan pa = mvd_plan_of<QA>(c, (int)s[0].rows, (int)k, 1), pb = mvd_plan_of<QB>(c, (int)s[1].rows, (int)k, 1);
+    const mvd_plan pa = mvd_plan_of<QA>(c, (int)s[0].rows, (int)k, 1, s[0].w, 0, NULL);
+    const mvd_plan pb = mvd_plan_of<QB>(c, (int)s[1].rows, (int)k, 1, s[1].w, 0, NULL);
     const size_t dsm = pa.dsm > pb.dsm ? pa.dsm : pb.dsm;
-    if (pb.co || dsm + MV_SMEM_STATIC > c->info.smem_per_block_optin)
+    if (dsm + MV_SMEM_STATIC > c->info.smem_per_block_optin)
         return err_setf(e, ERR_UNSUPPORTED, "cuda_matvec_pair: k=%lld too large (%zu bytes of shared memory)",
                         (long long)k, dsm);
     const mvd_seg sa = {(const uint8_t *)s[0].w, s[0].y, (int)s[0].rows, pa.R, pa.lg_s};
@@ -1676,10 +1751,7 @@ static int mvp_run(cuda_ctx *c, const cuda_matvec_seg *s, int64_t k, const void 
     mv_ext ex;
     memset(&ex, 0, sizeof ex);
     const dim3 grid(pa.nblk + pb.nblk);
-    if (pa.co)
-        return cuda_launch(c, k_matvec_pair<QA, true, QB>, grid, 32 * MVD_WARPS, dsm, e, "matvec pair", sa, sb, (int)k,
-                           (const uint8_t *)xq, (int)pa.nblk, ex);
-    return cuda_launch(c, k_matvec_pair<QA, false, QB>, grid, 32 * MVD_WARPS, dsm, e, "matvec pair", sa, sb, (int)k,
+    return cuda_launch(c, mvp_pick<QA, QB>(pa.co, pb.co), grid, 32 * MVD_WARPS, dsm, e, "matvec pair", sa, sb, (int)k,
                        (const uint8_t *)xq, (int)pa.nblk, ex);
 }
 
