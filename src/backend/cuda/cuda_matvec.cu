@@ -1226,11 +1226,12 @@ __device__ __forceinline__ void mvd_cta(const uint8_t *__restrict__ W, size_t w_
     const int cpr = rb / 16, rs16 = qd_co_rs16(rb, rpw);
     uint8_t *ws = smem + ((mv_act_bytes(T::ACT, k, T::BE) + 15) & ~(size_t)15) + (size_t)warp * mvd_co_wbytes(QT, rb, rpw);
     const unsigned rcp = qd_co_rcp((unsigned)cpr);
-#define MVD_ISSUE(base)                                                                                          \
-    do {                                                                                                         \
-        if constexpr (span) cos_issue<mvd_cos_t<QT>::NCH>(ws, g + (size_t)(base) * rb, min(rpw, nr - (base)) * rb, lane);    \
-        else co_issue<mvd_co_t<QT>::NCH>(ws, g + (size_t)(base) * rb, min(rpw, nr - (base)) * cpr, (unsigned)cpr, \
-                                         rcp, rs16, lane);                                                       \
+#define MVD_ISSUE(base)                                                                                        \
+    do {                                                                                                       \
+        const uint8_t *src_ = g + (size_t)(base) * rb;                                                         \
+        const int nrw_ = min(rpw, nr - (base));                                                                \
+        if constexpr (span) cos_issue<mvd_cos_t<QT>::NCH>(ws, src_, nrw_ * rb, lane);                          \
+        else co_issue<mvd_co_t<QT>::NCH>(ws, src_, nrw_ * cpr, (unsigned)cpr, rcp, rs16, lane);                \
     } while (0)
     int mat = b;
     const uint8_t *g = NULL;
@@ -1317,7 +1318,7 @@ k_matvec_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
 /* ---- two matrices of two types in one launch (cuda_matvec_pair) ----
  * One dependent phase where two launches made two: a Q4_K_M file's q+k
  * (Q4_K) and its Q6_K v in half of its layers. Each matrix keeps the
- * geometry its own launch would take (mvd_plan: lanes a row, R, co), so
+ * geometry its own launch would take (mvd_plan_of: lanes a row, R, co), so
  * every output is its own launch's bit for bit; CTAs [0, nblk_a) take
  * matrix a, the rest matrix b. Both types unpack the activation row the
  * same way (mv_traits ACT), so one xq serves both. */
