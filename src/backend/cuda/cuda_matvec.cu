@@ -1371,17 +1371,22 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
     const uint8_t *g = W + (size_t)mat * w_stride + (size_t)r0 * rb;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int S = 1 << lg_s, rpw = 32 >> lg_s;
-    /* coalesced Q4_K / Q5_K loads (mvd_co; the host's choice: mvd_co_ok): the
-     * warp's rows copied once to its buffer after the activations, each
-     * row's blocks read there by all its items' dots */
+    /* coalesced Q4_K / Q5_K loads (mvd_co; the host's choice: mvd_co_ok), or
+     * Q6_K span copies (mvd_cos, mvd_cos_ok): the warp's rows copied once to
+     * its buffer after the activations, each row's items read there by all
+     * its rows' dots */
     constexpr bool co = mvd_co_t<QT>::OK && CO;
+    constexpr bool span = mvd_cos_t<QT>::OK && CO;
     const int rs16 = qd_co_rs16(rb, rpw);
-    if (co) {
+    uint8_t *ws = smem + (size_t)act_al * CUDA_MM_NB + (size_t)warp * mvd_co_wbytes(QT, rb, rpw);
+    if (span) {
+        if (warp * rpw < nr)
+            cos_issue<mvd_cos_t<QT>::NCH>(ws, g + (size_t)warp * rpw * rb, min(rpw, nr - warp * rpw) * rb, lane);
+    } else if (co) {
         const int cpr = rb / 16;
         if (warp * rpw < nr)
-            co_issue<mvd_co_t<QT>::NCH>(smem + (size_t)act_al * CUDA_MM_NB + (size_t)warp * rpw * 16 * rs16,
-                                        g + (size_t)warp * rpw * rb, min(rpw, nr - warp * rpw) * cpr, (unsigned)cpr,
-                                        qd_co_rcp((unsigned)cpr), rs16, lane);
+            co_issue<mvd_co_t<QT>::NCH>(ws, g + (size_t)warp * rpw * rb, min(rpw, nr - warp * rpw) * cpr,
+                                        (unsigned)cpr, qd_co_rcp((unsigned)cpr), rs16, lane);
     } else {
         mvd_prefetch_l2(g, (size_t)nr * rb);
     }
@@ -1404,7 +1409,11 @@ k_matmul_direct(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *_
         const uint8_t *wrow = g + (size_t)min(i, nr - 1) * rb;
         if (co) {   /* one pass (mvd_co_ok): base is the warp's first */
             co_place();
-            wrow = smem + (size_t)act_al * CUDA_MM_NB + (size_t)16 * rs16 * (warp * rpw + min(i, nr - 1) - base);
+            wrow = ws + (size_t)16 * rs16 * (min(i, nr - 1) - base);
+        }
+        if (span) {   /* one pass (mvd_cos_ok): the row at its own offset mod 16 in the copy */
+            co_place();
+            wrow = ws + ((uintptr_t)(g + (size_t)base * rb) & 15) + (size_t)rb * (min(i, nr - 1) - base);
         }
         float acc[CUDA_MM_NB];
 #pragma unroll
@@ -1480,7 +1489,7 @@ static int mv_attr(int lim, err *e)
         r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
                       "matmul smem attribute");
-    if constexpr (mvd_co_t<QT>::OK)
+    if constexpr (mvd_co_any<QT>::OK)
         if (!r)
             r = cuda_fail(e, cudaFuncSetAttribute(k_matmul_direct<QT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   lim - MV_SMEM_STATIC - 3 * 8 * CUDA_MM_NB),
@@ -1649,8 +1658,9 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     int lg_s, R;
     mvd_geometry(c, nit, T::U, rows, rb, a->n_items, &lg_s, &R);
     const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_items);
-    if constexpr (mvd_co_t<QT>::OK)
-        if (mvd_co_ok(QT, nit, lg_s, R)) {   /* coalesced loads: the warps' row buffers after the activations */
+    if constexpr (mvd_co_any<QT>::OK)
+        if (mvd_co_ok(QT, nit, lg_s, R) || mvd_cos_ok<QT>(nit, lg_s, R, a->w, a->w_stride, NULL, rows, rb)) {
+            /* coalesced loads or span copies: the warps' row buffers after the activations */
             const size_t csm = smem + mvd_co_bytes(QT, rb, lg_s);
             if (csm + MV_SMEM_STATIC + 3 * 8 * CUDA_MM_NB <= c->info.smem_per_block_optin)
                 return cuda_launch(c, k_matmul_direct<QT, true>, grid, 32 * MVD_WARPS, csm, e, "matmul",
