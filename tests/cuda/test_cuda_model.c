@@ -803,17 +803,18 @@ typedef struct trace_kind {
 } trace_kind;
 
 /* When the layers' launches differ (a Q4_K_M file: q/k/v one matvec in
- * some layers, q+k and v in others), layers 1 .. L-2 grouped by their
- * launch names: a layer starts at its q/k/v, the run of "matvec" launches
- * right before its "attention_decode". Returns the number of kinds, 0 when
- * the token does not have L attention launches (or more kinds than kd). */
+ * some layers, one "matvec pair" in others), layers 1 .. L-2 grouped by
+ * their launch names: a layer starts at its q/k/v, the run of "matvec..."
+ * launches right before its "attention_decode". Returns the number of
+ * kinds, 0 when the token does not have L attention launches (or more kinds
+ * than kd). */
 static int layer_kinds(const char *const *nm, int K, int L, trace_kind *kd, int maxk)
 {
     int start[TK_MAXL + 1], na = 0;
     for (int i = 0; i < K && na <= TK_MAXL; i++)
         if (!strcmp(nm[i], "attention_decode")) {
             int s0 = i;
-            while (s0 > 0 && !strcmp(nm[s0 - 1], "matvec")) s0--;
+            while (s0 > 0 && !strncmp(nm[s0 - 1], "matvec", 6)) s0--;
             start[na++] = s0;
         }
     if (L < 4 || L > TK_MAXL || na != L) return 0;

@@ -1653,14 +1653,12 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     const size_t smem = (size_t)act_al * CUDA_MM_NB;
     if (smem + MV_SMEM_STATIC + 3 * 8 * CUDA_MM_NB > c->info.smem_per_block_optin)
         return err_setf(e, ERR_UNSUPPORTED, "cuda_matmul: k=%d too large (%zu bytes of shared memory)", k, smem);
-    const int64_t nit = (int64_t)(k / T::BE) * T::IPB;
-    /* the direct kernel's geometry: the same lanes per row, so the same sums */
-    int lg_s, R;
-    mvd_geometry(c, nit, T::U, rows, rb, a->n_items, &lg_s, &R);
-    const dim3 grid((unsigned)((rows + R - 1) / R), (unsigned)a->n_items);
+    /* the direct kernel's geometry and copy path: the same lanes per row, so the same sums */
+    const mvd_plan p = mvd_plan_of<QT>(c, rows, k, a->n_items, a->w, a->w_stride, NULL);
+    const int lg_s = p.lg_s, R = p.R;
+    const dim3 grid(p.nblk, (unsigned)a->n_items);
     if constexpr (mvd_co_any<QT>::OK)
-        if (mvd_co_ok(QT, nit, lg_s, R) || mvd_cos_ok<QT>(nit, lg_s, R, a->w, a->w_stride, NULL, rows, rb)) {
-            /* coalesced loads or span copies: the warps' row buffers after the activations */
+        if (p.co) {   /* coalesced loads or span copies: the warps' row buffers after the activations */
             const size_t csm = smem + mvd_co_bytes(QT, rb, lg_s);
             if (csm + MV_SMEM_STATIC + 3 * 8 * CUDA_MM_NB <= c->info.smem_per_block_optin)
                 return cuda_launch(c, k_matmul_direct<QT, true>, grid, 32 * MVD_WARPS, csm, e, "matmul",
