@@ -16,6 +16,9 @@
 #   build/prebuilt/ab/tr-N.xz trace builds (pack.sh trace:N=TREE): each
 #                             runs bench/cuda/trace.sh after the pairs,
 #                             its table to $OUT/trace-N.log and stdout
+#   build/prebuilt/ab/mv-N.xz test_cuda builds (pack.sh mvbench:N=TREE):
+#                             each runs --bench after the traces, to
+#                             $OUT/mvbench-N.log
 #   build/prebuilt/steps      tests/cuda/device_run.sh's STEPS for the
 #                             candidate after the pairs (bench, memcheck;
 #                             none when the file is missing); no suites
@@ -57,6 +60,13 @@ for t in /tmp/strata-ab/tr-*; do
     T=$t sh bench/cuda/trace.sh $TRACE_MODEL >"$OUT/trace-${n#tr-}.log" 2>&1 || rc=1
     echo "${n#tr-} trace:   [$(( $(date +%s) - S )) s]"
     grep -E "^\| [0-9]|a layer [0-9]" "$OUT/trace-${n#tr-}.log" | cut -c1-100
+done
+for t in /tmp/strata-ab/mv-*; do
+    [ -x "$t" ] || continue
+    n=$(basename "$t")
+    "$t" --bench >"$OUT/mvbench-${n#mv-}.log" 2>&1 || rc=1
+    echo "${n#mv-} mvbench:   [$(( $(date +%s) - S )) s]"
+    grep -E "^\| [a-zA-Z]|read probe" "$OUT/mvbench-${n#mv-}.log" | cut -c1-110
 done
 if [ -d "$B/bin" ]; then
     STEPS=$(cat "$B/steps" 2>/dev/null) sh tests/cuda/device_run.sh /tmp/strata-bin || rc=1
