@@ -91,7 +91,7 @@ static void check(int wtype, int rows, int k)
     CHECK(quant_act_quantize(dt, f, xq, k, &e) == 0);
 
     /* the kernel's shared-memory arrays */
-    int8_t *sxq = (int8_t *)malloc(k);
+    int8_t *sxq = (int8_t *)malloc(dt == QTYPE_Q8_K ? (size_t)nb * QD_Q8K_XB : (size_t)k);
     float *sxd = (float *)malloc(sizeof(float) * (k / 32));
     int16_t *sxbs = (int16_t *)malloc(sizeof(int16_t) * (k / 16));
     const int8_t *xs = sxq;
@@ -143,9 +143,9 @@ static void check(int wtype, int rows, int k)
     free(w); free(f); free(xq); free(sxq); free(sxd); free(sxbs);
 }
 
-TEST(test_emu_q4_K) { check(QTYPE_Q4_K, 24, 2048); check(QTYPE_Q4_K, 24, 768); }
-TEST(test_emu_q5_K) { check(QTYPE_Q5_K, 24, 2048); check(QTYPE_Q5_K, 24, 768); }
-TEST(test_emu_q6_K) { check(QTYPE_Q6_K, 24, 2048); check(QTYPE_Q6_K, 24, 768); }
+TEST(test_emu_q4_K) { check(QTYPE_Q4_K, 24, 2048); check(QTYPE_Q4_K, 24, 768); check(QTYPE_Q4_K, 8, 4096); }
+TEST(test_emu_q5_K) { check(QTYPE_Q5_K, 24, 2048); check(QTYPE_Q5_K, 24, 768); check(QTYPE_Q5_K, 8, 4096); }
+TEST(test_emu_q6_K) { check(QTYPE_Q6_K, 24, 2048); check(QTYPE_Q6_K, 24, 768); check(QTYPE_Q6_K, 8, 4096); }
 TEST(test_emu_q8_0) { check(QTYPE_Q8_0, 24, 2048); check(QTYPE_Q8_0, 24, 768); }
 TEST(test_emu_q4_0) { check(QTYPE_Q4_0, 24, 2048); check(QTYPE_Q4_0, 24, 768); }
 TEST(test_emu_q5_0) { check(QTYPE_Q5_0, 24, 2048); check(QTYPE_Q5_0, 24, 768); check(QTYPE_Q5_0, 24, 256); }
@@ -216,6 +216,77 @@ TEST(test_emu_co_layout)
     CHECK_MSG(bad_bank == 0, "%d load phases share a bank group", bad_bank);
 }
 
+/* The unpacked Q8_K row's layout (QD_Q8K_XB bytes a block, quants at
+ * qd_q8k_off): each block's 256 bytes land on distinct places inside its
+ * own 256 of them, 16-byte chunks whole; and the direct kernels' readers
+ * (lane = sl * rpw + row) meet distinct banks wherever the comment in
+ * cuda_qdot.cuh says: Q4_K / Q5_K block items, a 16-byte load of logical
+ * chunk q by 8 lanes a phase (blocks c0 + sl, c0 a multiple of S = 32 /
+ * rpw), conflict-free for rpw >= 2 and at most 2-way at rpw = 1; Q6_K
+ * items, a 32-bit load by the whole warp (items c0 + sl + S u, 8 a
+ * block), conflict-free at S = 8 (K = 768) and 16 (K = 2048). */
+static int phase_ways(const int *addr, int n, int unit, int nbank)
+{
+    int ways = 0;
+    for (int b = 0; b < nbank; b++) {
+        int distinct = 0;
+        for (int i = 0; i < n; i++) {
+            if ((addr[i] / unit) % nbank != b) continue;
+            int first = 1;
+            for (int j = 0; j < i; j++) first &= addr[j] != addr[i];
+            distinct += first;
+        }
+        if (distinct > ways) ways = distinct;
+    }
+    return ways;
+}
+TEST(test_emu_q8k_layout)
+{
+    int bad_place = 0, bad_q4 = 0, bad_q6 = 0, phases = 0, worst_rpw1 = 0;
+    for (int c = 0; c < 16; c++) {
+        const int o0 = qd_q8k_off(16 * c);
+        if (o0 % 16 || o0 < 0 || o0 >= 256) bad_place++;
+        for (int b = 1; b < 16; b++) bad_place += qd_q8k_off(16 * c + b) != o0 + b;
+        for (int c2 = 0; c2 < c; c2++) bad_place += qd_q8k_off(16 * c2) == o0;
+    }
+    CHECK(QD_Q8K_XB >= 256 && QD_Q8K_XB % 16 == 0);
+    for (int lg = 0; lg <= 5; lg++) {
+        const int S = 1 << lg, rpw = 32 >> lg;
+        for (int c0 = 0; c0 < 64; c0 += S)
+            for (int q = 0; q < 16; q++)
+                for (int ph = 0; ph < 4; ph++) {
+                    int addr[8];
+                    for (int i = 0; i < 8; i++) {
+                        const int blk = c0 + ((8 * ph + i) >> (5 - lg));
+                        addr[i] = QD_Q8K_XB * blk + qd_q8k_off(16 * q);
+                    }
+                    const int w = phase_ways(addr, 8, 16, 8);
+                    if (rpw == 1) worst_rpw1 = w > worst_rpw1 ? w : worst_rpw1;
+                    if (w > (rpw == 1 ? 2 : 1)) bad_q4++;
+                    phases++;
+                }
+    }
+    for (int lg = 3; lg <= 4; lg++) {
+        const int S = 1 << lg;
+        for (int c0 = 0; c0 < 128; c0 += S)
+            for (int m = 0; m < 4; m++)
+                for (int h = 0; h < 2; h++) {
+                    int addr[32];
+                    for (int lane = 0; lane < 32; lane++) {
+                        const int it = c0 + (lane >> (5 - lg));
+                        const int blk = it >> 3, hh = (it >> 2) & 1, l = (it & 3) * 8;
+                        addr[lane] = QD_Q8K_XB * blk + qd_q8k_off(128 * hh + l + 32 * m + 4 * h);
+                    }
+                    if (phase_ways(addr, 32, 4, 32) > 1) bad_q6++;
+                    phases++;
+                }
+    }
+    printf("  emu q8_K layout: %d misplaced; %d phases, %d Q4_K/Q5_K (rpw 1: %d-way) and %d Q6_K conflicted\n",
+           bad_place, phases, bad_q4, worst_rpw1, bad_q6);
+    CHECK_MSG(bad_place == 0, "qd_q8k_off: %d bytes misplaced", bad_place);
+    CHECK_MSG(bad_q4 == 0 && bad_q6 == 0, "%d Q4_K and %d Q6_K load phases bank-conflicted", bad_q4, bad_q6);
+}
+
 /* qd_hbits4: the 5th-bit spread of Q5_0 / Q5_1, every input. */
 TEST(test_emu_hbits4)
 {
@@ -279,6 +350,7 @@ int main(void)
     RUN(test_emu_q4_1);
     RUN(test_emu_q5_1);
     RUN(test_emu_co_layout);
+    RUN(test_emu_q8k_layout);
     RUN(test_emu_hbits4);
     RUN(test_emu_float);
     RUN(test_emu_half_conv);

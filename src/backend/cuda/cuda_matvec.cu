@@ -651,10 +651,15 @@ __device__ __forceinline__ float mv_dot<CUDA_Q8_0_SPLIT>(const mv_w<CUDA_Q8_0_SP
 
 /* Shared-memory layout of one CTA (host and device agree through these). */
 __host__ __device__ __forceinline__ size_t mv_tile_bytes(int R, int rb) { return ((size_t)R * rb + 32 + 15) & ~(size_t)15; }
+/* the unpacked quants' bytes (Q8_K: QD_Q8K_XB a block, cuda_qdot.cuh) */
+__host__ __device__ __forceinline__ size_t mv_xq_bytes(int act, int k)
+{
+    return act == MV_ACT_Q8K ? (size_t)(k / 256) * QD_Q8K_XB : (size_t)k;
+}
 __host__ __device__ __forceinline__ size_t mv_act_bytes(int act, int k, int be)
 {
     if (act == MV_ACT_RAW) return 0;
-    return (size_t)k + 4 * (size_t)(k / be) + 2 * (size_t)(k / 16) + 16;
+    return mv_xq_bytes(act, k) + 4 * (size_t)(k / be) + 2 * (size_t)(k / 16) + 16;
 }
 
 /* The CTA unpacks the activation row gx into shared memory at s (int8
@@ -687,8 +692,8 @@ __device__ __forceinline__ const int8_t *mv_unpack(const uint8_t *gx, uint8_t *s
     typedef mv_traits<QT> T;
     const int nb = k / T::BE;
     int8_t *sxq = (int8_t *)s;
-    *sxd = (float *)(s + k);
-    *sxbs = (int16_t *)(s + k + 4 * nb);
+    *sxd = (float *)(s + mv_xq_bytes(T::ACT, k));
+    *sxbs = (int16_t *)((uint8_t *)*sxd + 4 * nb);
     /* MV_UB loads of a thread issued before their stores: the row was just
      * written by the previous kernel, each load is an L2 round trip, and a
      * loop of load-then-store turns had them one after another (8.5 turns
@@ -736,7 +741,7 @@ struct mv_ext {
  * only where the values go differs. */
 
 /* quant_q8_K_warp's block (256 values at xb, or swiglu(xb, ub)) into q
- * (256 int8), d (its float scale) and bs (16 int16 sums). The first
+ * (256 int8 at qd_q8k_off), d (its float scale) and bs (16 int16 sums). The first
  * largest |v| is found as there; its signed value rides along the
  * reduction instead of being read again. Every lane of the warp calls it;
  * xb and ub 16-byte aligned. */
@@ -766,7 +771,7 @@ __device__ __forceinline__ void quant_q8_K_sm(const float *xb, const float *ub, 
         if (oam > am || (oam == am && oidx < idx)) { am = oam; idx = oidx; mx = omx; }
     }
     if (am == 0.f) {   /* d = 0, qs = 0, bsums = 0, as quant_q8_K_warp */
-        *(uint2 *)(q + 8 * lane) = make_uint2(0u, 0u);
+        *(uint2 *)(q + qd_q8k_off(8 * lane)) = make_uint2(0u, 0u);
         if (lane < 8) ((uint32_t *)bs)[lane] = 0u;
         if (lane == 0) *d = 0.f;
         return;
@@ -774,7 +779,7 @@ __device__ __forceinline__ void quant_q8_K_sm(const float *xb, const float *ub, 
     const float iscale = -127.f / mx;
     uint32_t pk[2];
     const int s = q8K_quants(v, iscale, pk);
-    *(uint2 *)(q + 8 * lane) = make_uint2(pk[0], pk[1]);
+    *(uint2 *)(q + qd_q8k_off(8 * lane)) = make_uint2(pk[0], pk[1]);
     const int s2 = s + __shfl_down_sync(0xffffffffu, s, 1);   /* lanes 2g, 2g+1 hold group g */
     if ((lane & 1) == 0) bs[lane >> 1] = (int16_t)s2;
     if (lane == 0) *d = 1.f / iscale;
@@ -865,13 +870,13 @@ __device__ __forceinline__ const int8_t *mv_act(const uint8_t *xq, const mv_ext 
         if (ex.xquant) {
             const int nb = k / T::BE;
             int8_t *sxq = (int8_t *)s;
-            *sxd = (float *)(s + k);
-            *sxbs = (int16_t *)(s + k + 4 * nb);
+            *sxd = (float *)(s + mv_xq_bytes(T::ACT, k));
+            *sxbs = (int16_t *)((uint8_t *)*sxd + 4 * nb);
             const float *x = sy ? sy : (const float *)(xq + off);
             const float *u = ex.xquant == CUDA_XQ_SWIGLU ? (const float *)((const uint8_t *)ex.xu + off) : NULL;
             if (T::ACT == MV_ACT_Q8K) {
                 for (int blk = threadIdx.x >> 5; blk < nb; blk += blockDim.x >> 5)
-                    quant_q8_K_sm(x + (size_t)blk * 256, u ? u + (size_t)blk * 256 : NULL, sxq + (size_t)blk * 256,
+                    quant_q8_K_sm(x + (size_t)blk * 256, u ? u + (size_t)blk * 256 : NULL, sxq + (size_t)blk * QD_Q8K_XB,
                                   *sxd + blk, *sxbs + (size_t)blk * 16);
             } else if (QT != CUDA_Q8_0_SPLIT && u) {   /* split rows are dense matrices: never swiglu (the host checks) */
                 quant_q8_0_sm<1>(x, u, nb, sxq, *sxd);

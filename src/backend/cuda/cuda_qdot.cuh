@@ -6,7 +6,8 @@
  * shared-memory tile (k_matvec) or straight from global memory
  * (k_matvec_direct, short rows), and the quantized activation row from
  * shared memory, UNPACKED from its ggml blocks into three aligned arrays:
- *   xq[k]     int8 quants (16-byte aligned)
+ *   xq[k]     int8 quants (16-byte aligned; Q8_K: QD_Q8K_XB bytes a block,
+ *             the quants at qd_q8k_off, see there; mv_xq_bytes)
  *   xd[nb]    float block scales (Q8_K: d; Q8_0 / Q8_1: the f16 d widened)
  *   xbs[k/16] int16 sums of 16 quants (Q8_K bsums; unused for Q8_0; Q8_1:
  *             the same bytes hold float s[nb], the f16 s widened)
@@ -190,6 +191,29 @@ QD_HD qd_u4 qd_ld128(const uint8_t *p)
 }
 
 
+/* The unpacked Q8_K row's layout: block blk's 256 quants at xq +
+ * QD_Q8K_XB blk (288: 32 bytes of padding a block), logical byte o at
+ * qd_q8k_off(o), its second 128-byte half's 16-byte chunks rotated by 4
+ * (o ^ 64 for o >= 128). So that the lanes of one shared-memory load
+ * meet different bank groups (16-byte units mod 8) where the row's
+ * readers took one (bytes 256 apart are one group; 128 apart too):
+ *   - Q4_K / Q5_K block items (16-byte loads, 8 lanes a phase): a phase's
+ *     lanes read one logical chunk of 8 / rpw consecutive blocks (rpw rows
+ *     of a block are a broadcast); 18 units a block step the groups by 2,
+ *     so 4 (rpw = 2, K = 4096: 4-way before) or 2 (rpw = 4, K = 2048:
+ *     2-way before) blocks meet distinct groups; 8 (rpw = 1, K >= 8192)
+ *     are 2-way (8-way before).
+ *   - Q6_K items (32-bit loads, one phase): item (blk, hh, l) reads chunk
+ *     8 hh + 2 m + l / 16, word (l & 8) / 4 + h; rotated, hh moves it by 4
+ *     groups, l / 16 by 1, the block by 2: a K = 2048 warp's 16 items
+ *     (blocks 2p, 2p + 1) meet 16 banks (4-way before), K = 768's 8
+ *     items of one block 8 (2-way before).
+ * All the readers' offsets stay compile-time constants from the block's
+ * (Q6_K: two) base pointers: no registers for the layout. test_cuda_emu
+ * checks the placement and those phases' banks. */
+#define QD_Q8K_XB 288
+QD_HD int qd_q8k_off(int o) { return o ^ ((o >> 7) << 6); }
+
 /* A whole Q4_K block as one item (the direct kernels' Q4_K items since
  * session 11): the header is loaded and its 6-bit (scale, min) pairs
  * decoded once for 256 weights, instead of once per 32 as 32-weight items
@@ -235,15 +259,15 @@ QD_HD float qd_k45_dot(const qd_k45_w<Q5> &w, const int8_t *xq, const float *xd,
     const qd_u4 hd = w.hd, h0 = w.h0, h1 = w.h1;
     const uint32_t sc[2] = { hd.y & 0x3f3f3f3fu, (hd.w & 0x0f0f0f0fu) | ((hd.y >> 2) & 0x30303030u) };
     const uint32_t mn[2] = { hd.z & 0x3f3f3f3fu, ((hd.w >> 4) & 0x0f0f0f0fu) | ((hd.z >> 2) & 0x30303030u) };
-    const uint8_t *xs = (const uint8_t *)xq + blk * 256;
+    const uint8_t *xs = (const uint8_t *)xq + blk * QD_Q8K_XB;
     int isum = 0, msum = 0;
 #ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
     for (int j = 0; j < 4; j++) {   /* 64 weights: qs[32 j .. 32 j + 32), sub-blocks 2j (low) and 2j + 1 (high) */
         const qd_u4 q0 = w.q[2 * j], q1 = w.q[2 * j + 1];
-        const qd_u4 a0 = qd_ld128(xs + 64 * j), a1 = qd_ld128(xs + 64 * j + 16);
-        const qd_u4 b0 = qd_ld128(xs + 64 * j + 32), b1 = qd_ld128(xs + 64 * j + 48);
+        const qd_u4 a0 = qd_ld128(xs + qd_q8k_off(64 * j)), a1 = qd_ld128(xs + qd_q8k_off(64 * j + 16));
+        const qd_u4 b0 = qd_ld128(xs + qd_q8k_off(64 * j + 32)), b1 = qd_ld128(xs + qd_q8k_off(64 * j + 48));
         const int s0 = 2 * j, s1 = 2 * j + 1;   /* sub-blocks: byte s & 3 of word s >> 2 */
 #define QD_LO(q, hb) (((q) & 0x0f0f0f0fu) | (Q5 ? (((hb) >> s0) & 0x01010101u) << 4 : 0u))
 #define QD_HI(q, hb) ((((q) >> 4) & 0x0f0f0f0fu) | (Q5 ? (((hb) >> s1) & 0x01010101u) << 4 : 0u))
@@ -326,15 +350,19 @@ QD_HD float qd_item_q6_K(const uint8_t *wrow, const int8_t *xq, const float *xd,
     qd_ld64_a2(bp + 64 * hh + 32 + l, &ql1[0], &ql1[1]);
     qd_ld64_a2(bp + 128 + 32 * hh + l, &qh[0], &qh[1]);
     const uint32_t k32 = 0x20202020u;
-    const uint8_t *xs = (const uint8_t *)xq + blk * 256 + 128 * hh + l;
+    /* logical activation bytes 128 hh + l + 32 m + 4 h (m = 0..3, h = 0..1)
+     * at qd_q8k_off: bit 6 (m's high bit) flips where hh = 1, so m = 0, 1
+     * read at x01 + 32 m + 4 h, m = 2, 3 at x23 + 32 (m - 2) + 4 h */
+    const uint8_t *xb = (const uint8_t *)xq + blk * QD_Q8K_XB + l;
+    const uint8_t *x01 = xb + 192 * hh, *x23 = xb + 64 + 64 * hh;
     const int8_t *sc = (const int8_t *)(bp + 192) + 8 * hh + (l >> 4);
     int d0 = 0, d1 = 0, d2 = 0, d3 = 0;
     for (int h = 0; h < 2; h++) {
         const uint32_t a = ql0[h], b = ql1[h], q = qh[h];
-        d0 = qd_dp4a(qd_vsub4((a & 0x0f0f0f0fu) | ((q & 0x03030303u) << 4), k32), qd_ld32(xs + 4 * h), d0);
-        d1 = qd_dp4a(qd_vsub4((b & 0x0f0f0f0fu) | (((q >> 2) & 0x03030303u) << 4), k32), qd_ld32(xs + 32 + 4 * h), d1);
-        d2 = qd_dp4a(qd_vsub4(((a >> 4) & 0x0f0f0f0fu) | (((q >> 4) & 0x03030303u) << 4), k32), qd_ld32(xs + 64 + 4 * h), d2);
-        d3 = qd_dp4a(qd_vsub4(((b >> 4) & 0x0f0f0f0fu) | (((q >> 6) & 0x03030303u) << 4), k32), qd_ld32(xs + 96 + 4 * h), d3);
+        d0 = qd_dp4a(qd_vsub4((a & 0x0f0f0f0fu) | ((q & 0x03030303u) << 4), k32), qd_ld32(x01 + 4 * h), d0);
+        d1 = qd_dp4a(qd_vsub4((b & 0x0f0f0f0fu) | (((q >> 2) & 0x03030303u) << 4), k32), qd_ld32(x01 + 32 + 4 * h), d1);
+        d2 = qd_dp4a(qd_vsub4(((a >> 4) & 0x0f0f0f0fu) | (((q >> 4) & 0x03030303u) << 4), k32), qd_ld32(x23 + 4 * h), d2);
+        d3 = qd_dp4a(qd_vsub4(((b >> 4) & 0x0f0f0f0fu) | (((q >> 6) & 0x03030303u) << 4), k32), qd_ld32(x23 + 32 + 4 * h), d3);
     }
     const int isum = sc[0] * d0 + sc[2] * d1 + sc[4] * d2 + sc[6] * d3;
     const float d = qd_h2f(qd_ld16(bp + 208)) * xd[blk];
@@ -581,14 +609,15 @@ QD_HD void qd_st16(uint8_t *p, uint16_t v)   /* 2-aligned */
 
 /* Unpack word/halfword w of a quantized activation row (ggml blocks at gx)
  * into the shared-memory arrays. Q8_K: 73 32-bit words a block (d, 64 of
- * qs, 8 of bsums); Q8_0: 17 16-bit halfwords a block (d, 16 of qs). */
+ * qs, 8 of bsums; the qs at QD_Q8K_XB blk + qd_q8k_off); Q8_0: 17 16-bit
+ * halfwords a block (d, 16 of qs). */
 /* qd_unpack_q8_K's store of word w (value v, loaded from gx + 4 w): the
  * unpack split in two so a loop can issue several loads before any store */
 QD_HD void qd_put_q8_K(uint32_t v, int w, int8_t *xq, float *xd, int16_t *xbs)
 {
     const int blk = w / 73, o = w - blk * 73;
     if (o == 0) qd_st32((uint8_t *)xd + 4 * (size_t)blk, v);
-    else if (o <= 64) qd_st32((uint8_t *)xq + (size_t)blk * 256 + 4 * (o - 1), v);
+    else if (o <= 64) qd_st32((uint8_t *)xq + (size_t)blk * QD_Q8K_XB + qd_q8k_off(4 * (o - 1)), v);
     else qd_st32((uint8_t *)xbs + (size_t)blk * 32 + 4 * (o - 65), v);
 }
 QD_HD void qd_unpack_q8_K(const uint8_t *gx, int w, int8_t *xq, float *xd, int16_t *xbs)
