@@ -704,7 +704,11 @@ TEST(test_matmul)
 {
     static const int types[] = {QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_Q5_0,
                                 QTYPE_Q4_1, QTYPE_Q5_1, QTYPE_F32, QTYPE_F16, QTYPE_BF16};
-    static const int64_t shapes[][2] = {{96, 768}, {512, 2048}, {2048, 768}, {37, 256}};
+    /* k = 4096, 1536 and 512: the tensor-core kernel's 16, 8 (two lanes
+     * without a block) and 2 lanes a row (cuda_mmq.cu), rows not a
+     * multiple of its 64 */
+    static const int64_t shapes[][2] = {{96, 768}, {512, 2048}, {2048, 768}, {37, 256}, {160, 4096}, {70, 1536},
+                                        {64, 512}};
     enum { NMAT = 5, NX = 13, NIT = 6 };
     /* item: matrix, rows (ends at -1) */
     static const int32_t iid[NIT] = {3, 0, 4, 3, 1, 2};

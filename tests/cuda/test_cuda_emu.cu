@@ -287,6 +287,55 @@ TEST(test_emu_q8k_layout)
     CHECK_MSG(bad_q4 == 0 && bad_q6 == 0, "%d Q4_K and %d Q6_K load phases bank-conflicted", bad_q4, bad_q6);
 }
 
+/* The tensor-core matmul's order (qd_mmq_rev, qd_mmq_push): bit for bit the
+ * direct kernels' lanes and shuffle tree, for every lane count it takes and
+ * every block count that gives it (mvd_geometry: S the least power of two
+ * >= the blocks), on values of mixed magnitude; the plain left-to-right sum
+ * is counted too, to show the values tell orders apart. */
+template <int LG> static void mmq_order_case(int nb, const float *v, int *bad, int *seq_differ)
+{
+    constexpr int S = 1 << LG;
+    float lane[S];
+    for (int sl = 0; sl < S; sl++) {
+        lane[sl] = 0.f;
+        for (int it = sl; it < nb; it += S) lane[sl] += v[it];
+    }
+    for (int o = S >> 1; o > 0; o >>= 1) {   /* __shfl_xor_sync: every lane at once */
+        float nx[S];
+        for (int sl = 0; sl < S; sl++) nx[sl] = lane[sl] + lane[sl ^ o];
+        memcpy(lane, nx, sizeof lane);
+    }
+    float stk[QD_MMQ_LG_MAX + 1];
+    qd_mmq_for<0, S>([&](auto P) {
+        constexpr int p = decltype(P)::value;
+        float a = 0.f;
+        for (int it = qd_mmq_rev(p, LG); it < nb; it += S) a += v[it];
+        qd_mmq_push<p>(stk, a);
+    });
+    float seq = 0.f;
+    for (int it = 0; it < nb; it++) seq += v[it];
+    *bad += memcmp(&stk[0], &lane[0], 4) != 0;
+    *seq_differ += memcmp(&seq, &lane[0], 4) != 0;
+}
+TEST(test_emu_mmq_order)
+{
+    int bad = 0, seq_differ = 0, cases = 0;
+    float v[1 << QD_MMQ_LG_MAX];
+    for (int round = 0; round < 2000; round++)
+        for (int nb = 1; nb <= (1 << QD_MMQ_LG_MAX); nb++, cases++) {
+            for (int i = 0; i < nb; i++) v[i] = (frand() - 0.5f) * ldexpf(1.f, (int)(frand() * 24.f) - 12);
+            if (nb == 1) mmq_order_case<0>(nb, v, &bad, &seq_differ);
+            else if (nb == 2) mmq_order_case<1>(nb, v, &bad, &seq_differ);
+            else if (nb <= 4) mmq_order_case<2>(nb, v, &bad, &seq_differ);
+            else if (nb <= 8) mmq_order_case<3>(nb, v, &bad, &seq_differ);
+            else mmq_order_case<4>(nb, v, &bad, &seq_differ);
+        }
+    printf("  emu mmq order: %d sums of 1..%d blocks, %d differ from the lanes' tree (a plain left-to-right sum: %d)\n",
+           cases, 1 << QD_MMQ_LG_MAX, bad, seq_differ);
+    CHECK_MSG(bad == 0, "qd_mmq_push: %d of %d sums differ from the shuffle tree", bad, cases);
+    CHECK_MSG(seq_differ > 0, "the values never tell the tree from a plain sum: the check cannot fail");
+}
+
 /* qd_hbits4: the 5th-bit spread of Q5_0 / Q5_1, every input. */
 TEST(test_emu_hbits4)
 {
@@ -351,6 +400,7 @@ int main(void)
     RUN(test_emu_q5_1);
     RUN(test_emu_co_layout);
     RUN(test_emu_q8k_layout);
+    RUN(test_emu_mmq_order);
     RUN(test_emu_hbits4);
     RUN(test_emu_float);
     RUN(test_emu_half_conv);

@@ -65,7 +65,10 @@
  * --bench-tiered [PATH [host|ssd]]: the experts in host RAM behind GPU arenas of 10%,
  * 25% and 50% (see bench_tiered).
  * --profile [PATH]: one prompt row and 2 greedy steps, plain launches, for a
- * profiler (bench/cuda/profile.sh). */
+ * profiler (bench/cuda/profile.sh).
+ * --profile-chunk [PATH] [ROWS [TIMED]]: a prompt of ROWS (192) in chunks,
+ * plain launches (bench/cuda/profile.sh PATH chunk); TIMED 1 times it with
+ * and without the tensor-core matmul first. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1196,8 +1199,8 @@ static int bench(const char *path, int quick)
     }
     /* prefill: 192 prompt rows in chunks (grouped matmuls) vs one graph
      * replay a row, the same run, logits compared */
-    double pp_chunk = 0, pp_rows = 0;
-    int pp_same = 0;
+    double pp_chunk = 0, pp_rows = 0, pp_dp4a = 0;
+    int pp_same = 0, pp_dp4a_same = 0;
     if (!rc) {
         enum { NPP = 192 };
         int32_t pids[NPP];
@@ -1216,6 +1219,17 @@ static int bench(const char *path, int quick)
         }
         cuda_model_set_chunk(g, 0);
         pp_same = !rc && memcmp(l1, l2, sizeof(float) * (size_t)hp->n_vocab) == 0;
+        /* the same chunk with the direct (dp4a) kernel for every matmul
+         * (cuda_matvec_force's direct mode: no tensor-core matmul), the
+         * same run, logits compared */
+        for (int rep = 0; rep < 2 && !rc && !quick; rep++) {
+            cuda_model_set_matvec(g, 2);
+            t0 = timer_ms();
+            rc = cuda_model_eval(g, pids, NPP, 0, l2, &e);
+            pp_dp4a = NPP / ((timer_ms() - t0) / 1e3);
+            cuda_model_set_matvec(g, 0);
+            pp_dp4a_same = !rc && memcmp(l1, l2, sizeof(float) * (size_t)hp->n_vocab) == 0;
+        }
         free(l1);
         free(l2);
     }
@@ -1274,6 +1288,8 @@ static int bench(const char *path, int quick)
     printf("bench: prefill 192 rows: chunks (grouped matmuls) %.1f tok/s, one graph replay a row %.1f tok/s (%.2fx); "
            "logits %s\n", pp_chunk, pp_rows, pp_rows > 0 ? pp_chunk / pp_rows : 0.0,
            pp_same ? "bit-identical" : "DIFFER");
+    printf("bench: prefill 192 rows: chunks with the direct (dp4a) matmul only %.1f tok/s (default / dp4a %.3fx); "
+           "logits %s\n", pp_dp4a, pp_dp4a > 0 ? pp_chunk / pp_dp4a : 0.0, pp_dp4a_same ? "bit-identical" : "DIFFER");
 
     /* the VRAM expert arena at a quarter and half of the expert bytes:
      * decode with misses copied from the host mapping (pageable memory,
@@ -1654,6 +1670,64 @@ static int profile(const char *path)
     return rc ? 1 : 0;
 }
 
+/* --profile-chunk [PATH] [ROWS [TIMED]]: the same model, one prompt of
+ * ROWS (default 192, the --bench prefill) evaluated in chunks (grouped
+ * matmuls) on the plain path, so that a profiler sees each kernel of a
+ * prompt chunk (bench/cuda/profile.sh PATH chunk; the last eval is the
+ * default kernels'). TIMED (1): first 3 rounds of the chunk timed with the
+ * default kernels and with the direct (dp4a) matmuls only (cuda_matvec_force
+ * 2), alternating, their median wall times and logits compared. */
+static int profile_chunk(const char *path, int nr, int timed)
+{
+    err e = {0};
+    if (ensure_model(path, "30b-a3b", "bench")) return 1;
+    cpu_side c;
+    if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "profile: %s\n", e.msg); cpu_close(&c); return 1; }
+    if (nr < 1 || nr > 256) nr = 192;
+    cuda_model *g = NULL;
+    cuda_model_opts go = { .device = 0, .n_ctx = 256, .kv_f16 = 1 };
+    int rc = cuda_model_open(&g, &c.hp, c.w, &go, &e);
+    const size_t V = (size_t)c.hp.n_vocab;
+    float *lg = xmalloc(sizeof(float) * V), *l2 = xmalloc(sizeof(float) * V);
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)nr);
+    for (int i = 0; i < nr; i++) ids[i] = (int32_t)((1 + 7919 * (uint32_t)i) % (uint32_t)c.hp.n_vocab);
+    if (!rc) {
+        cuda_model_set_graph(g, 0);
+        rc = cuda_model_eval(g, ids, nr, 0, lg, &e);
+    }
+    if (!rc && timed) {
+        double ms[2][3];
+        int same = 1;
+        for (int r = 0; r < 3 && !rc; r++)
+            for (int m = 0; m < 2 && !rc; m++) {
+                cuda_model_set_matvec(g, m ? 2 : 0);
+                const double t0 = timer_ms();
+                rc = cuda_model_eval(g, ids, nr, 0, l2, &e);
+                ms[m][r] = timer_ms() - t0;
+                same &= !rc && memcmp(lg, l2, sizeof(float) * V) == 0;
+            }
+        cuda_model_set_matvec(g, 0);
+        if (!rc) {
+            double md[2];
+            for (int m = 0; m < 2; m++) {   /* median of 3 */
+                const double x = ms[m][0], y = ms[m][1], z = ms[m][2];
+                md[m] = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
+            }
+            printf("profile: %d rows in chunks: default %.2f ms (%.1f tok/s), dp4a matmuls only %.2f ms (%.1f tok/s): "
+                   "%.3fx; logits %s\n", nr, md[0], nr / (md[0] / 1e3), md[1], nr / (md[1] / 1e3), md[1] / md[0],
+                   same ? "bit-identical" : "DIFFER");
+        }
+    }
+    if (!rc) rc = cuda_model_eval(g, ids, nr, 0, lg, &e);   /* the profiled eval: the default kernels */
+    if (rc) fprintf(stderr, "profile: %s\n", e.msg);
+    free(ids);
+    free(lg);
+    free(l2);
+    cuda_model_close(g);
+    cpu_close(&c);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--mkmodel") == 0) {   /* no GPU needed */
@@ -1690,6 +1764,9 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--bench-attn") == 0)
         return bench_attn(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf", argc > 3 ? argc - 3 : 0, argv + 3);
     if (argc > 1 && strcmp(argv[1], "--profile") == 0) return profile(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf");
+    if (argc > 1 && strcmp(argv[1], "--profile-chunk") == 0)
+        return profile_chunk(argc > 2 ? argv[2] : "/tmp/strata-30b-a3b.gguf", argc > 3 ? atoi(argv[3]) : 192,
+                             argc > 4 ? atoi(argv[4]) : 0);
     if (do_tiered)
         return bench_tiered(argc > 2 ? argv[2] : "/tmp/strata-80b-a3b.gguf",
                             argc > 3 && strcmp(argv[3], "host") == 0  ? 1

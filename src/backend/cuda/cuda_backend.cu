@@ -466,12 +466,13 @@ extern "C" int cuda_trace_bind_layer(void *p);
 extern "C" int cuda_trace_bind_matvec(void *p);
 extern "C" int cuda_trace_bind_ops(void *p);
 extern "C" int cuda_trace_bind_step(void *p);
+extern "C" int cuda_trace_bind_mmq(void *p);
 
 /* Point every .cu file's ct_buf at p (NULL: recording off). */
 static int trace_bind_all(void *p)
 {
     return cuda_trace_bind_backend(p) | cuda_trace_bind_layer(p) | cuda_trace_bind_matvec(p) |
-           cuda_trace_bind_ops(p) | cuda_trace_bind_step(p);
+           cuda_trace_bind_ops(p) | cuda_trace_bind_step(p) | cuda_trace_bind_mmq(p);
 }
 #endif
 

@@ -681,4 +681,43 @@ QD_HD size_t qd_co_unit(unsigned c, unsigned cpr, unsigned rcp, int rs16)
     return (size_t)row * (unsigned)rs16 + (c - row * cpr);
 }
 
+/* The summation order of the tensor-core matmul (cuda_mmq.cu). The direct
+ * kernels sum a row's items over S = 2^LG lanes: lane sl adds its items
+ * sl, sl + S, ... in turn from 0.f, then the shuffle tree adds lane sl ^ o
+ * to lane sl for o = S/2 .. 1. The same sum, one output in one thread:
+ * the lanes in the order p = 0 .. S - 1, lane qd_mmq_rev(p, LG) (the
+ * tree's leaves left to right), each lane's sum pushed by qd_mmq_push<p>,
+ * which merges as a binary counter carries: after the push, as many times
+ * as p has trailing ones, the top two entries (lane sums of equal subtrees)
+ * meet. Every addition has the tree's operands (float addition commutes
+ * bit for bit), so the result, stk[0] after the last push, is the shuffle
+ * tree's lane 0. test_cuda_emu (test_emu_mmq_order) checks it against a
+ * lane-by-lane emulation of the tree. qd_mmq_for<0, S>(f) unrolls the lanes
+ * at compile time (f(qd_mmq_ic<p>)), so the stack's indices are constants:
+ * registers, not local memory. */
+#define QD_MMQ_LG_MAX 4
+QD_HD constexpr int qd_mmq_rev(int p, int lg) { return lg == 0 ? 0 : ((p & 1) << (lg - 1)) | qd_mmq_rev(p >> 1, lg - 1); }
+QD_HD constexpr int qd_mmq_pop(int p) { return p ? (p & 1) + qd_mmq_pop(p >> 1) : 0; }
+template <int P> QD_HD void qd_mmq_push(float (&stk)[QD_MMQ_LG_MAX + 1], float v)
+{
+    constexpr int d = qd_mmq_pop(P);
+    static_assert(d <= QD_MMQ_LG_MAX, "qd_mmq_push: more lanes than QD_MMQ_LG_MAX allows");
+    stk[d] = v;
+    if constexpr ((P & 1) != 0) stk[d - 1] = stk[d - 1] + stk[d];
+    if constexpr ((P & 3) == 3) stk[d - 2] = stk[d - 2] + stk[d - 1];
+    if constexpr ((P & 7) == 7) stk[d - 3] = stk[d - 3] + stk[d - 2];
+    if constexpr ((P & 15) == 15) stk[d - 4] = stk[d - 4] + stk[d - 3];
+}
+template <int P> struct qd_mmq_ic { static constexpr int value = P; };
+/* (a host or device functor: the pragma lets the host test pass a host
+ * lambda to this __host__ __device__ template) */
+#pragma nv_exec_check_disable
+template <int P, int N, typename F> QD_HD void qd_mmq_for(F &&f)
+{
+    if constexpr (P < N) {
+        f(qd_mmq_ic<P>{});
+        qd_mmq_for<P + 1, N>(f);
+    }
+}
+
 #endif

@@ -1,0 +1,278 @@
+/* cuda_mmq.cu: the grouped matmul of prompt chunks (cuda_matmul) for Q4_K
+ * and Q5_K rows on the tensor cores: int8 mma.sync (m16n8k32) takes the
+ * integer dots that the direct kernel (cuda_matvec.cu, k_matmul_direct)
+ * makes with dp4a, and the outputs stay bit for bit the direct kernel's.
+ *
+ * Why the same bits: a Q4_K / Q5_K item is a whole 256-weight block
+ * (qd_k45_dot): eight 32-weight sub-block dots, each an exact integer,
+ * meet in two exact integers (isum: scales times dots; msum: mins times
+ * the activation's sub-block sums) before the block's float value
+ *     v = (d(w) * dx) * isum - (dmin(w) * dx) * msum.
+ * A 32-deep mma of one sub-block gives the same exact dot for 16 rows x 8
+ * activation rows, so every block's v is computed here from the same
+ * integers by the same float operations (-fmad=false: no contraction).
+ * The direct kernel then sums a row's blocks in its lanes' order: S =
+ * 2^lg_s lanes a row (mvd_geometry), lane sl adds blocks sl, sl + S, ...
+ * in turn from 0.f, then a shuffle tree pairs lane sl with sl ^ o for o =
+ * S/2 .. 1. Here each output takes the lanes in bit-reversed order (0, S/2,
+ * S/4, 3S/4, ... for the tree's leaves), each lane's blocks in turn from
+ * 0.f, and merges the partial sums as a binary counter merges its carries:
+ * the same additions of the same operands (float addition commutes bit for
+ * bit), so the same result. tests/cuda/test_cuda.c (test_matmul) checks
+ * every output against the matvec, memcmp.
+ *
+ * Shape: a CTA is 4 warps, 64 weight rows (warp w: rows 16 w .. 16 w + 15)
+ * by one item's 8 activation rows (the mma's n = CUDA_MM_NB). Shared
+ * memory: the 8 activation rows' quants (k + 16 bytes apart: ldmatrix's 8
+ * row addresses meet 8 distinct 16-byte bank groups), their block scales
+ * and sub-block sums (int32 pairs of Q8_K's bsums), and a ring of
+ * MMQ_NST block columns of the 64 weight rows (144 / 176 bytes a row,
+ * again 8 distinct bank groups for 8 rows), filled by cp.async in the order
+ * the blocks are summed, MMQ_NST - 1 columns ahead. A warp's block: two
+ * ldmatrix.x4 of weights a 64-weight pair of sub-blocks (plus one of
+ * Q5_K's qh a block), one of activations, two mma, then the integer and
+ * float epilogue for its 16 x 8 outputs (4 a lane).
+ *
+ * Used for lg_s <= MMQ_LG_MAX (k <= 4096), 16-byte aligned stacks; other
+ * shapes take the direct kernel (cuda_mmq_ok). */
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_qdot.cuh"
+
+#define MMQ_WARPS 4
+#define MMQ_ROWS (16 * MMQ_WARPS)   /* weight rows a CTA */
+#define MMQ_NST 4                    /* weight block columns in the ring */
+#define MMQ_LG_MAX QD_MMQ_LG_MAX      /* up to 16 lanes a row: 16 blocks, k = 4096 */
+#define MMQ_ORD 64                   /* room for the block order (>= 2^MMQ_LG_MAX) */
+
+template <int Q5> struct mmq_t {
+    enum { BB = Q5 ? QD_Q5K_BYTES : CQ4_K_BYTES, QS = Q5 ? 48 : 16 };   /* block bytes; offset of qs */
+};
+
+/* Shared-memory layout (host and device agree through it): the quants
+ * [8][xs], then float d[8][nb], int32 sub-block sums [8][nb][8], the block
+ * order [MMQ_ORD], the weight ring [MMQ_NST][MMQ_ROWS][BB]. */
+struct mmq_lay {
+    int xs;                        /* an activation row's quant bytes: k + 16 */
+    int o_d, o_bs, o_ord, o_ring;  /* offsets */
+    int bytes;
+};
+__host__ __device__ __forceinline__ mmq_lay mmq_layout(int k, int bb)
+{
+    const int nb = k / 256;
+    mmq_lay l;
+    l.xs = k + 16;
+    l.o_d = CUDA_MM_NB * l.xs;
+    l.o_bs = l.o_d + 4 * CUDA_MM_NB * nb;
+    l.o_ord = l.o_bs + 32 * CUDA_MM_NB * nb;
+    l.o_ring = (l.o_ord + 4 * MMQ_ORD + 15) & ~15;
+    l.bytes = l.o_ring + MMQ_NST * MMQ_ROWS * bb;
+    return l;
+}
+
+__device__ __forceinline__ void mmq_cp16(void *s, const void *g)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void mmq_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void mmq_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+/* four 8x8 b16 matrices: thread t gives the row address of matrix t / 8,
+ * row t % 8, and gets 32 bits of each (row t / 4, bytes 4 (t % 4)..) */
+__device__ __forceinline__ void mmq_ldm4(uint32_t r[4], const void *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/* d = A (16 x 32 s8, row) * B (32 x 8 s8, col), exact int32 */
+__device__ __forceinline__ void mmq_mma(int d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %10, %10, %10};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+/* Copy block column blk of the CTA's 64 rows into ring slot s (rows past
+ * the matrix read its last row: outputs never stored). */
+template <int Q5>
+__device__ __forceinline__ void mmq_fill(uint8_t *slot, const uint8_t *g, int rb, int nr, int blk)
+{
+    constexpr int BB = mmq_t<Q5>::BB, CPR = BB / 16;
+    for (int c = threadIdx.x; c < MMQ_ROWS * CPR; c += 32 * MMQ_WARPS) {
+        const int i = c / CPR, ch = c - i * CPR;
+        mmq_cp16(slot + i * BB + 16 * ch, g + (size_t)min(i, nr - 1) * rb + (size_t)blk * BB + 16 * ch);
+    }
+}
+
+template <int Q5, int LG>
+__global__ void __launch_bounds__(32 * MMQ_WARPS, 3)
+k_mmq_k45(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
+          const uint8_t *__restrict__ xq, size_t x_stride, const int32_t *__restrict__ xrow,
+          const int64_t *__restrict__ yoff, float *y)
+{
+    pdl_enter();
+    constexpr int BB = mmq_t<Q5>::BB, S = 1 << LG;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int nb = k / 256, rb = nb * BB;
+    const mmq_lay L = mmq_layout(k, BB);
+    int8_t *sq = (int8_t *)smem;
+    float *sd = (float *)(smem + L.o_d);
+    int *sbs = (int *)(smem + L.o_bs);
+    int *ord = (int *)(smem + L.o_ord);
+    uint8_t *ring = smem + L.o_ring;
+    const int b = blockIdx.y, r0 = blockIdx.x * MMQ_ROWS, nr = min(MMQ_ROWS, rows - r0);
+    const uint8_t *g = W + (size_t)(ids ? ids[b] : 0) * w_stride + (size_t)r0 * rb;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+    /* the blocks in the order they are summed: lane rev(p)'s blocks in turn */
+    if (tid == 0) {
+        int q = 0;
+        for (int p = 0; p < S; p++)
+            for (int it = qd_mmq_rev(p, LG); it < nb; it += S) ord[q++] = it;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < MMQ_NST - 1; q++) {
+        if (q < nb) mmq_fill<Q5>(ring + q * MMQ_ROWS * BB, g, rb, nr, ord[q]);
+        mmq_commit();
+    }
+    /* the item's 8 activation rows, Q8_K blocks (f32 d, 256 i8, 16 i16
+     * bsums: 73 words) unpacked; a missing row (-1) as zeros */
+    for (int j = 0; j < CUDA_MM_NB; j++) {
+        const int xr = xrow[b * CUDA_MM_NB + j];
+        const uint8_t *gx = xq + (size_t)(xr < 0 ? 0 : xr) * x_stride;
+        for (int w = tid; w < nb * 73; w += 32 * MMQ_WARPS) {
+            const uint32_t v = xr < 0 ? 0u : qd_ld32(gx + 4 * (size_t)w);
+            const int blk = w / 73, o = w - blk * 73;
+            if (o == 0) sd[j * nb + blk] = __uint_as_float(v);
+            else if (o <= 64) *(uint32_t *)(sq + j * L.xs + blk * 256 + 4 * (o - 1)) = v;
+            else sbs[(j * nb + blk) * 8 + (o - 65)] = (int)(int16_t)(v & 0xffffu) + (int)(int16_t)(v >> 16);
+        }
+    }
+
+    /* this lane's outputs: rows gr, gr + 8 of the warp's 16; activation
+     * rows t0, t0 + 1 (the mma's C fragment) */
+    const int gr = lane >> 2, t0 = 2 * (lane & 3);
+    /* ldmatrix row addresses: weights (rows lane % 8 + 8 ((lane / 8) % 2),
+     * bytes + 16 (lane / 16)), activations (row lane % 8, bytes + 16 (lane / 8)) */
+    const int wa = (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * BB + 16 * (lane >> 4);
+    const int xa = (lane & 7) * L.xs + 16 * (lane >> 3);
+    float stk[4][QD_MMQ_LG_MAX + 1];
+    int q = 0;   /* blocks summed so far: the ring's position */
+    qd_mmq_for<0, S>([&](auto P) {
+        constexpr int p = decltype(P)::value;
+        float acc[4] = { 0.f, 0.f, 0.f, 0.f };
+        for (int it = qd_mmq_rev(p, LG); it < nb; it += S, q++) {
+            __syncthreads();   /* slot (q - 1) % MMQ_NST free */
+            if (q + MMQ_NST - 1 < nb) mmq_fill<Q5>(ring + ((q + MMQ_NST - 1) % MMQ_NST) * MMQ_ROWS * BB, g, rb, nr, ord[q + MMQ_NST - 1]);
+            mmq_commit();
+            mmq_wait<MMQ_NST - 1>();
+            __syncthreads();
+            const uint8_t *slot = ring + (q % MMQ_NST) * MMQ_ROWS * BB;
+            /* the two rows' headers: d, dmin, the 6-bit scales and mins */
+            const qd_u4 ha = qd_ld128(slot + (16 * warp + gr) * BB), hb = qd_ld128(slot + (16 * warp + gr + 8) * BB);
+            const uint32_t sc[2][2] = { { ha.y & 0x3f3f3f3fu, (ha.w & 0x0f0f0f0fu) | ((ha.y >> 2) & 0x30303030u) },
+                                        { hb.y & 0x3f3f3f3fu, (hb.w & 0x0f0f0f0fu) | ((hb.y >> 2) & 0x30303030u) } };
+            const uint32_t mn[2][2] = { { ha.z & 0x3f3f3f3fu, ((ha.w >> 4) & 0x0f0f0f0fu) | ((ha.z >> 2) & 0x30303030u) },
+                                        { hb.z & 0x3f3f3f3fu, ((hb.w >> 4) & 0x0f0f0f0fu) | ((hb.z >> 2) & 0x30303030u) } };
+            uint32_t qh[4] = { 0u, 0u, 0u, 0u };
+            if (Q5) mmq_ldm4(qh, slot + wa + 16);   /* qh[32] at bytes 16..47, as qs's 32 bytes */
+            const int *bs0 = sbs + (t0 * nb + it) * 8, *bs1 = sbs + ((t0 + 1) * nb + it) * 8;
+            int isum[4] = { 0, 0, 0, 0 }, msum[4] = { 0, 0, 0, 0 };
+#pragma unroll
+            for (int j = 0; j < 4; j++) {   /* sub-blocks 2j (low nibbles of qs[32 j ..]) and 2j + 1 (high) */
+                uint32_t a[4], lo[4], hi[4], x[4];
+                mmq_ldm4(a, slot + wa + mmq_t<Q5>::QS + 32 * j);
+                mmq_ldm4(x, sq + xa + it * 256 + 64 * j);
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    lo[r] = a[r] & 0x0f0f0f0fu;
+                    hi[r] = (a[r] >> 4) & 0x0f0f0f0fu;
+                    if (Q5) {
+                        lo[r] |= ((qh[r] >> (2 * j)) & 0x01010101u) << 4;
+                        hi[r] |= ((qh[r] >> (2 * j + 1)) & 0x01010101u) << 4;
+                    }
+                }
+                int dl[4], dh[4];
+                mmq_mma(dl, lo, x[0], x[1]);
+                mmq_mma(dh, hi, x[2], x[3]);
+                const int s0 = 2 * j, s1 = 2 * j + 1;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {   /* e: (row gr + 8 (e / 2), activation row t0 + e % 2) */
+                    const int h = e >> 1;
+                    const int *bs = (e & 1) ? bs1 : bs0;
+                    isum[e] += (int)((sc[h][s0 >> 2] >> (8 * (s0 & 3))) & 0xffu) * dl[e] +
+                               (int)((sc[h][s1 >> 2] >> (8 * (s1 & 3))) & 0xffu) * dh[e];
+                    msum[e] += (int)((mn[h][s0 >> 2] >> (8 * (s0 & 3))) & 0xffu) * bs[s0] +
+                               (int)((mn[h][s1 >> 2] >> (8 * (s1 & 3))) & 0xffu) * bs[s1];
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {   /* qd_k45_dot's float products */
+                const uint32_t hx = (e >> 1) ? hb.x : ha.x;
+                const float dx = sd[(t0 + (e & 1)) * nb + it];
+                const float d = qd_h2f((uint16_t)(hx & 0xffffu)) * dx, dm = qd_h2f((uint16_t)(hx >> 16)) * dx;
+                acc[e] += d * (float)isum[e] - dm * (float)msum[e];
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) qd_mmq_push<p>(stk[e], acc[e]);
+    });
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int r = 16 * warp + gr + 8 * (e >> 1), t = t0 + (e & 1);
+        if (r < nr && xrow[b * CUDA_MM_NB + t] >= 0) y[yoff[b * CUDA_MM_NB + t] + r0 + r] = stk[e][0];
+    }
+}
+
+typedef void (*mmq_fn)(const uint8_t *, size_t, const int32_t *, int, int, const uint8_t *, size_t, const int32_t *,
+                       const int64_t *, float *);
+
+template <int Q5> static mmq_fn mmq_pick(int lg)
+{
+    switch (lg) {
+    case 0: return k_mmq_k45<Q5, 0>;
+    case 1: return k_mmq_k45<Q5, 1>;
+    case 2: return k_mmq_k45<Q5, 2>;
+    case 3: return k_mmq_k45<Q5, 3>;
+    default: return k_mmq_k45<Q5, 4>;
+    }
+}
+
+int cuda_mmq_ok(const cuda_ctx *c, const cuda_matmul_args *a, int lg_s)
+{
+    if (a->wtype != QTYPE_Q4_K && a->wtype != QTYPE_Q5_K) return 0;
+    if (c->info.cc_major < 8 || lg_s < 0 || lg_s > MMQ_LG_MAX || a->k % 256 || a->k > 256 * MMQ_ORD) return 0;
+    if (((uintptr_t)a->w & 15) || (a->ids && (a->w_stride & 15))) return 0;
+    const mmq_lay l = mmq_layout((int)a->k, a->wtype == QTYPE_Q5_K ? QD_Q5K_BYTES : CQ4_K_BYTES);
+    return (size_t)l.bytes <= c->info.smem_per_block_optin;
+}
+
+int cuda_mmq_run(cuda_ctx *c, const cuda_matmul_args *a, int lg_s, err *e)
+{
+    const int q5 = a->wtype == QTYPE_Q5_K, k = (int)a->k, rows = (int)a->rows;
+    const mmq_lay l = mmq_layout(k, q5 ? QD_Q5K_BYTES : CQ4_K_BYTES);
+    const dim3 grid((unsigned)((rows + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)a->n_items);
+    const mmq_fn fn = q5 ? mmq_pick<1>(lg_s) : mmq_pick<0>(lg_s);
+    return cuda_launch(c, fn, grid, 32 * MMQ_WARPS, (size_t)l.bytes, e, "matmul mma", (const uint8_t *)a->w,
+                       a->w_stride, a->ids, rows, k, (const uint8_t *)a->xq, a->x_stride, a->xrow, a->yoff, a->y);
+}
+
+/* The kernels' dynamic shared-memory limit, once per context. */
+int cuda_mmq_init(cuda_ctx *c, err *e)
+{
+    const int lim = (int)c->info.smem_per_block_optin;
+    for (int q5 = 0; q5 < 2; q5++)
+        for (int lg = 0; lg <= MMQ_LG_MAX; lg++) {
+            const mmq_fn fn = q5 ? mmq_pick<1>(lg) : mmq_pick<0>(lg);
+            if (cuda_fail(e, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
+                          "cuda_mmq_init"))
+                return -1;
+        }
+    return 0;
+}
+
+CUDA_TRACE_BIND(mmq)
