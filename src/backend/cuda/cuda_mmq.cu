@@ -86,10 +86,11 @@ __device__ __forceinline__ void mmq_ldm4(uint32_t r[4], const void *p)
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-/* d = A (16 x 32 s8, row) * B (32 x 8 s8, col), exact int32 */
+/* d = A (16 x 32 s8, row) * B (32 x 8 s8, col), exact int32 (registers
+ * only: not volatile, so the compiler may schedule it) */
 __device__ __forceinline__ void mmq_mma(int d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                  "{%10, %10, %10, %10};\n"
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
