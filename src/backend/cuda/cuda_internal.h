@@ -185,8 +185,8 @@ static inline int cuda_launch(cuda_ctx *c, void (*fn)(KArgs...), dim3 grid, dim3
  * matvec kernels once per context (called by cuda_open). */
 int cuda_matvec_init(cuda_ctx *c, err *e);
 
-/* Defined in cuda_mmq.cu: cuda_matmul's tensor-core kernel for Q4_K / Q5_K
- * rows, bit for bit the direct kernel's outputs for the same lg_s (its
+/* Defined in cuda_mmq.cu: cuda_matmul's tensor-core kernels for Q4_K, Q5_K
+ * and split Q8_0 rows, bit for bit the direct kernel's outputs for the same lg_s (its
  * lanes a row, mvd_geometry). cuda_mmq_ok: the launch can take it (type,
  * lg_s, alignment, shared memory, an sm_80+ device); cuda_mmq_run
  * enqueues it; cuda_mmq_init raises its shared-memory limit (from

@@ -1661,10 +1661,10 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     /* the direct kernel's geometry and copy path: the same lanes per row, so the same sums */
     const mvd_plan p = mvd_plan_of<QT>(c, rows, k, a->n_items, a->w, a->w_stride, NULL);
     const int lg_s = p.lg_s, R = p.R;
-    /* Q4_K / Q5_K on the tensor cores (cuda_mmq.cu): the same outputs;
+    /* Q4_K / Q5_K / split Q8_0 on the tensor cores (cuda_mmq.cu): the same outputs;
      * cuda_matvec_force's direct mode keeps the dp4a kernel (the
      * benchmark's comparison) */
-    if constexpr (QT == QTYPE_Q4_K || QT == QTYPE_Q5_K)
+    if constexpr (QT == QTYPE_Q4_K || QT == QTYPE_Q5_K || QT == CUDA_Q8_0_SPLIT)
         if (c->mv_force != 2 && cuda_mmq_ok(c, a, lg_s)) return cuda_mmq_run(c, a, lg_s, e);
     const dim3 grid(p.nblk, (unsigned)a->n_items);
     if constexpr (mvd_co_any<QT>::OK)

@@ -1,7 +1,8 @@
-/* cuda_mmq.cu: the grouped matmul of prompt chunks (cuda_matmul) for Q4_K
- * and Q5_K rows on the tensor cores: int8 mma.sync (m16n8k32) takes the
- * integer dots that the direct kernel (cuda_matvec.cu, k_matmul_direct)
- * makes with dp4a, and the outputs stay bit for bit the direct kernel's.
+/* cuda_mmq.cu: the grouped matmul of prompt chunks (cuda_matmul) for Q4_K,
+ * Q5_K and split Q8_0 rows on the tensor cores: int8 mma.sync (m16n8k32,
+ * m16n8k16) takes the integer dots that the direct kernel (cuda_matvec.cu,
+ * k_matmul_direct) makes with dp4a, and the outputs stay bit for bit the
+ * direct kernel's. (Q8_0 in split rows: below, k_mmq_q80s.)
  *
  * Why the same bits: a Q4_K / Q5_K item is a whole 256-weight block
  * (qd_k45_dot): eight 32-weight sub-block dots, each an exact integer,
@@ -33,8 +34,9 @@
  * Q5_K's qh a block), one of activations, two mma, then the integer and
  * float epilogue for its 16 x 8 outputs (4 a lane).
  *
- * Used for lg_s <= MMQ_LG_MAX (k <= 4096), 16-byte aligned stacks; other
- * shapes take the direct kernel (cuda_mmq_ok). */
+ * Used for lg_s <= MMQ_LG_MAX (k <= 4096), 16-byte aligned stacks (split
+ * Q8_0: lg_s 4 or 5, k >= 768); other shapes take the direct kernel
+ * (cuda_mmq_ok). */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_qdot.cuh"
 
@@ -229,6 +231,143 @@ k_mmq_k45(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restr
     }
 }
 
+/* ==== Q8_0 in split rows (cuda_repack_q8_0) ====
+ * An item is 16 quants: v = (d(w) * dx) * dot16 (qd_q80s_dot), and m16n8k16
+ * gives dot16 exactly. The direct kernel's lanes here are S = 2^LG >= 16
+ * a row (U = 4 items a lane a pass, mvd_geometry): lane sl sums items sl,
+ * sl + S, ... So a CTA is 16 weight rows by one item's 8 activation rows,
+ * and its 4 warps split the lanes, warp w taking lanes w + 4 i (items
+ * it = w mod 4), each lane's sum in a register (S / 4 of them), in turn.
+ * The shuffle tree's levels o = S/2 .. 4 pair lanes of one warp (their
+ * sums meet in registers, in the tree's order), o = 2 and 1 pair the warps:
+ * out = (P0 + P2) + (P1 + P3) through shared memory, as the tree's lane 0.
+ * The CTA's 16 rows (quants, then scales) are staged whole, each row
+ * padded so that ldmatrix's 8 rows meet 8 distinct 16-byte bank groups;
+ * the activations unpacked from Q8_0 blocks (f16 d as float, as
+ * qd_put_q8_0). */
+#define MMQ8_ROWS 16
+struct mmq8_lay {
+    int ws, xs;                    /* a staged weight row's bytes; an activation row's quants */
+    int o_q, o_d, o_p;             /* offsets: quants, scales, the warps' partial sums */
+    int bytes;
+};
+__host__ __device__ __forceinline__ mmq8_lay mmq8_layout(int k)
+{
+    const int nb = k / 32;
+    int ws16 = 34 * nb / 16;   /* nb % 8 == 0: whole 16-byte units */
+    ws16 += (1 - ws16) & 7;    /* = 1 mod 8 */
+    mmq8_lay l;
+    l.ws = 16 * ws16;
+    l.xs = k + 16;
+    l.o_q = MMQ8_ROWS * l.ws;
+    l.o_d = l.o_q + CUDA_MM_NB * l.xs;
+    l.o_p = l.o_d + 4 * CUDA_MM_NB * nb;
+    l.bytes = l.o_p + 4 * MMQ_WARPS * 16 * CUDA_MM_NB;
+    return l;
+}
+
+/* d = A (16 x 16 s8, row) * B (16 x 8 s8, col), exact int32 */
+__device__ __forceinline__ void mmq_mma16(int d[4], uint32_t a0, uint32_t a1, uint32_t b0)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+}
+
+template <int LG>
+__global__ void __launch_bounds__(32 * MMQ_WARPS, 4)
+k_mmq_q80s(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
+           const uint8_t *__restrict__ xq, size_t x_stride, const int32_t *__restrict__ xrow,
+           const int64_t *__restrict__ yoff, float *y)
+{
+    pdl_enter();
+    constexpr int S = 1 << LG, NL = S / 4;   /* lanes a warp */
+    static_assert(NL >= 4, "k_mmq_q80s: four items an ldmatrix");
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int nb = k / 32, nit = 2 * nb, rb = 34 * nb;
+    const mmq8_lay L = mmq8_layout(k);
+    uint8_t *sw = smem;
+    int8_t *sq = (int8_t *)(smem + L.o_q);
+    float *sd = (float *)(smem + L.o_d);
+    float *part = (float *)(smem + L.o_p);
+    const int b = blockIdx.y, r0 = blockIdx.x * MMQ8_ROWS, nr = min(MMQ8_ROWS, rows - r0);
+    const uint8_t *g = W + (size_t)(ids ? ids[b] : 0) * w_stride + (size_t)r0 * rb;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+    const int cpr = rb / 16;   /* the 16 rows whole (rows past the matrix: its last) */
+    for (int c = tid; c < MMQ8_ROWS * cpr; c += 32 * MMQ_WARPS) {
+        const int i = c / cpr, ch = c - i * cpr;
+        mmq_cp16(sw + i * L.ws + 16 * ch, g + (size_t)min(i, nr - 1) * rb + 16 * ch);
+    }
+    mmq_commit();
+    for (int j = 0; j < CUDA_MM_NB; j++) {   /* Q8_0 blocks: f16 d, 16 halfwords of quants */
+        const int xr = xrow[b * CUDA_MM_NB + j];
+        const uint8_t *gx = xq + (size_t)(xr < 0 ? 0 : xr) * x_stride;
+        for (int w = tid; w < nb * 17; w += 32 * MMQ_WARPS) {
+            const uint16_t v = xr < 0 ? (uint16_t)0 : qd_ld16(gx + 2 * (size_t)w);
+            const int blk = w / 17, o = w - blk * 17;
+            if (o == 0) sd[j * nb + blk] = qd_h2f(v);
+            else *(uint16_t *)(sq + j * L.xs + blk * 32 + 2 * (o - 1)) = v;
+        }
+    }
+    mmq_wait<0>();
+    __syncthreads();
+
+    const int gr = lane >> 2, t0 = 2 * (lane & 3);
+    /* ldmatrix rows: weights (rows lane % 8 + 8 ((lane / 8) % 2), item + 4 (lane / 16)),
+     * activations (row lane % 8, item + 4 (lane / 8)) */
+    const int wa = ((lane & 7) + 8 * ((lane >> 3) & 1)) * L.ws + 64 * (lane >> 4);
+    const int xa = (lane & 7) * L.xs + 64 * (lane >> 3);
+    const uint8_t *wsa = sw + gr * L.ws + 32 * nb, *wsb = wsa + 8 * L.ws;   /* the two rows' scales */
+    float acc[NL][4];
+#pragma unroll
+    for (int i = 0; i < NL; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[i][e] = 0.f;
+    for (int c = 0; c < nit; c += S) {
+#pragma unroll
+        for (int i0 = 0; i0 < NL; i0 += 4) {
+            if (c + 4 * i0 >= nit) break;   /* nit % 16 == 0: the group is whole or absent */
+            const int it0 = c + 4 * i0 + warp;   /* items it0 + 4 j: lanes warp + 4 (i0 + j) */
+            uint32_t a01[4], a23[4], x[4];
+            mmq_ldm4(a01, sw + wa + 16 * it0);
+            mmq_ldm4(a23, sw + wa + 16 * (it0 + 8));
+            mmq_ldm4(x, sq + xa + 16 * it0);
+            int d[4][4];
+            mmq_mma16(d[0], a01[0], a01[1], x[0]);
+            mmq_mma16(d[1], a01[2], a01[3], x[1]);
+            mmq_mma16(d[2], a23[0], a23[1], x[2]);
+            mmq_mma16(d[3], a23[2], a23[3], x[3]);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {   /* qd_q80s_dot's float products */
+                const int blk = (it0 + 4 * j) >> 1;
+                const float wd[2] = { qd_h2f(qd_ld16(wsa + 2 * blk)), qd_h2f(qd_ld16(wsb + 2 * blk)) };
+                const float dx[2] = { sd[t0 * nb + blk], sd[(t0 + 1) * nb + blk] };
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float dd = wd[e >> 1] * dx[e & 1];
+                    acc[i0 + j][e] += dd * (float)d[j][e];
+                }
+            }
+        }
+    }
+    /* the tree's levels o = S/2 .. 4: lanes of this warp */
+#pragma unroll
+    for (int o = NL / 2; o > 0; o >>= 1)
+#pragma unroll
+        for (int i = 0; i < o; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][e] = acc[i][e] + acc[i + o][e];
+#pragma unroll
+    for (int e = 0; e < 4; e++) part[warp * 128 + (gr + 8 * (e >> 1)) * CUDA_MM_NB + t0 + (e & 1)] = acc[0][e];
+    __syncthreads();
+    {   /* o = 2, 1: lane 0 = (P0 + P2) + (P1 + P3); thread tid: output (row tid / 8, activation row tid % 8) */
+        const float v = (part[tid] + part[256 + tid]) + (part[128 + tid] + part[384 + tid]);
+        const int r = tid >> 3, t = tid & 7;
+        if (r < nr && xrow[b * CUDA_MM_NB + t] >= 0) y[yoff[b * CUDA_MM_NB + t] + r0 + r] = v;
+    }
+}
+
 typedef void (*mmq_fn)(const uint8_t *, size_t, const int32_t *, int, int, const uint8_t *, size_t, const int32_t *,
                        const int64_t *, float *);
 
@@ -245,6 +384,11 @@ template <int Q5> static mmq_fn mmq_pick(int lg)
 
 int cuda_mmq_ok(const cuda_ctx *c, const cuda_matmul_args *a, int lg_s)
 {
+    if (a->wtype == CUDA_Q8_0_SPLIT) {   /* k % 256 == 0 and aligned stacks: cuda_repack_q8_0's contract */
+        if (c->info.cc_major < 8 || lg_s < 4 || lg_s > 5 || a->k % 256) return 0;
+        if (((uintptr_t)a->w & 15) || (a->ids && (a->w_stride & 15))) return 0;
+        return (size_t)mmq8_layout((int)a->k).bytes <= c->info.smem_per_block_optin;
+    }
     if (a->wtype != QTYPE_Q4_K && a->wtype != QTYPE_Q5_K) return 0;
     if (c->info.cc_major < 8 || lg_s < 0 || lg_s > MMQ_LG_MAX || a->k % 256 || a->k > 256 * MMQ_ORD) return 0;
     if (((uintptr_t)a->w & 15) || (a->ids && (a->w_stride & 15))) return 0;
@@ -254,6 +398,13 @@ int cuda_mmq_ok(const cuda_ctx *c, const cuda_matmul_args *a, int lg_s)
 
 int cuda_mmq_run(cuda_ctx *c, const cuda_matmul_args *a, int lg_s, err *e)
 {
+    if (a->wtype == CUDA_Q8_0_SPLIT) {
+        const int k = (int)a->k, rows = (int)a->rows;
+        const dim3 grid((unsigned)((rows + MMQ8_ROWS - 1) / MMQ8_ROWS), (unsigned)a->n_items);
+        return cuda_launch(c, lg_s == 4 ? k_mmq_q80s<4> : k_mmq_q80s<5>, grid, 32 * MMQ_WARPS,
+                           (size_t)mmq8_layout(k).bytes, e, "matmul mma", (const uint8_t *)a->w, a->w_stride, a->ids,
+                           rows, k, (const uint8_t *)a->xq, a->x_stride, a->xrow, a->yoff, a->y);
+    }
     const int q5 = a->wtype == QTYPE_Q5_K, k = (int)a->k, rows = (int)a->rows;
     const mmq_lay l = mmq_layout(k, q5 ? QD_Q5K_BYTES : CQ4_K_BYTES);
     const dim3 grid((unsigned)((rows + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)a->n_items);
@@ -273,6 +424,11 @@ int cuda_mmq_init(cuda_ctx *c, err *e)
                           "cuda_mmq_init"))
                 return -1;
         }
+    if (cuda_fail(e, cudaFuncSetAttribute(k_mmq_q80s<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
+                  "cuda_mmq_init") ||
+        cuda_fail(e, cudaFuncSetAttribute(k_mmq_q80s<5>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
+                  "cuda_mmq_init"))
+        return -1;
     return 0;
 }
 
