@@ -181,6 +181,40 @@ static inline int cuda_launch(cuda_ctx *c, void (*fn)(KArgs...), dim3 grid, dim3
     return cuda_launch_check(e, what);
 }
 
+/* ==== cp.async (sm_80+) ==== 16-byte global -> shared copies that hold no
+ * registers; commit closes a group, wait_all waits for every group. */
+__device__ __forceinline__ void cp_async16(void *s, const void *g)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+/* Copy g[0..n) to s[shift .. shift + n), shift = g mod 16 (s 16-aligned),
+ * so 16-byte chunks of global memory land 16-aligned in shared memory.
+ * Only bytes of [g, g + n) are read. The CTA's threads share the work. */
+__device__ __forceinline__ int stage_tile(uint8_t *s, const uint8_t *g, size_t n)
+{
+    const uintptr_t ga = (uintptr_t)g;
+    const int shift = (int)(ga & 15);
+    const uintptr_t a0 = (ga + 15) & ~(uintptr_t)15, a1 = (ga + n) & ~(uintptr_t)15;
+    const unsigned tid = threadIdx.x;
+    if (a1 > a0) {
+        const size_t nch = (a1 - a0) / 16;
+        const uint8_t *gs = g + (a0 - ga);
+        uint8_t *ss = s + shift + (a0 - ga);
+        for (size_t i = tid; i < nch; i += blockDim.x) cp_async16(ss + 16 * i, gs + 16 * i);
+        const unsigned nh = (unsigned)(a0 - ga), nt = (unsigned)(ga + n - a1);
+        if (tid < nh) s[shift + tid] = g[tid];
+        else if (tid >= 32 && tid - 32 < nt) s[shift + (a1 - ga) + (tid - 32)] = g[(a1 - ga) + (tid - 32)];
+    } else {
+        for (size_t i = tid; i < n; i += blockDim.x) s[shift + i] = g[i];
+    }
+    cp_async_commit();
+    return shift;
+}
+
 /* Defined in cuda_matvec.cu: raise the dynamic shared-memory limit of the
  * matvec kernels once per context (called by cuda_open). */
 int cuda_matvec_init(cuda_ctx *c, err *e);

@@ -497,38 +497,6 @@ extern "C" int cuda_repack_q8_0(cuda_ctx *c, void *w, int64_t rows, int64_t k, e
 
 /* ==== Matvec ==== */
 
-__device__ __forceinline__ void cp_async16(void *s, const void *g)
-{
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-/* Copy g[0..n) to s[shift .. shift + n), shift = g mod 16 (s 16-aligned),
- * so 16-byte chunks of global memory land 16-aligned in shared memory.
- * Only bytes of [g, g + n) are read. The CTA's threads share the work. */
-__device__ __forceinline__ int stage_tile(uint8_t *s, const uint8_t *g, size_t n)
-{
-    const uintptr_t ga = (uintptr_t)g;
-    const int shift = (int)(ga & 15);
-    const uintptr_t a0 = (ga + 15) & ~(uintptr_t)15, a1 = (ga + n) & ~(uintptr_t)15;
-    const unsigned tid = threadIdx.x;
-    if (a1 > a0) {
-        const size_t nch = (a1 - a0) / 16;
-        const uint8_t *gs = g + (a0 - ga);
-        uint8_t *ss = s + shift + (a0 - ga);
-        for (size_t i = tid; i < nch; i += blockDim.x) cp_async16(ss + 16 * i, gs + 16 * i);
-        const unsigned nh = (unsigned)(a0 - ga), nt = (unsigned)(ga + n - a1);
-        if (tid < nh) s[shift + tid] = g[tid];
-        else if (tid >= 32 && tid - 32 < nt) s[shift + (a1 - ga) + (tid - 32)] = g[(a1 - ga) + (tid - 32)];
-    } else {
-        for (size_t i = tid; i < n; i += blockDim.x) s[shift + i] = g[i];
-    }
-    cp_async_commit();
-    return shift;
-}
-
 #define MV_WARPS 4
 
 /* Per weight type: BE weights per block (float types: per 16-byte item),
@@ -1661,10 +1629,10 @@ static int mm_run(cuda_ctx *c, const cuda_matmul_args *a, err *e)
     /* the direct kernel's geometry and copy path: the same lanes per row, so the same sums */
     const mvd_plan p = mvd_plan_of<QT>(c, rows, k, a->n_items, a->w, a->w_stride, NULL);
     const int lg_s = p.lg_s, R = p.R;
-    /* Q4_K / Q5_K / split Q8_0 on the tensor cores (cuda_mmq.cu): the same outputs;
+    /* Q4_K / Q5_K / Q6_K / split Q8_0 on the tensor cores (cuda_mmq.cu): the same outputs;
      * cuda_matvec_force's direct mode keeps the dp4a kernel (the
      * benchmark's comparison) */
-    if constexpr (QT == QTYPE_Q4_K || QT == QTYPE_Q5_K || QT == CUDA_Q8_0_SPLIT)
+    if constexpr (QT == QTYPE_Q4_K || QT == QTYPE_Q5_K || QT == QTYPE_Q6_K || QT == CUDA_Q8_0_SPLIT)
         if (c->mv_force != 2 && cuda_mmq_ok(c, a, lg_s)) return cuda_mmq_run(c, a, lg_s, e);
     const dim3 grid(p.nblk, (unsigned)a->n_items);
     if constexpr (mvd_co_any<QT>::OK)

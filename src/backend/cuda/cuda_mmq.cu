@@ -71,12 +71,6 @@ __host__ __device__ __forceinline__ mmq_lay mmq_layout(int k, int bb)
     return l;
 }
 
-__device__ __forceinline__ void mmq_cp16(void *s, const void *g)
-{
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g) : "memory");
-}
-__device__ __forceinline__ void mmq_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void mmq_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 /* four 8x8 b16 matrices: thread t gives the row address of matrix t / 8,
@@ -106,7 +100,7 @@ __device__ __forceinline__ void mmq_fill(uint8_t *slot, const uint8_t *g, int rb
     constexpr int BB = mmq_t<Q5>::BB, CPR = BB / 16;
     for (int c = threadIdx.x; c < MMQ_ROWS * CPR; c += 32 * MMQ_WARPS) {
         const int i = c / CPR, ch = c - i * CPR;
-        mmq_cp16(slot + i * BB + 16 * ch, g + (size_t)min(i, nr - 1) * rb + (size_t)blk * BB + 16 * ch);
+        cp_async16(slot + i * BB + 16 * ch, g + (size_t)min(i, nr - 1) * rb + (size_t)blk * BB + 16 * ch);
     }
 }
 
@@ -140,7 +134,7 @@ k_mmq_k45(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restr
 #pragma unroll
     for (int q = 0; q < MMQ_NST - 1; q++) {
         if (q < nb) mmq_fill<Q5>(ring + q * MMQ_ROWS * BB, g, rb, nr, ord[q]);
-        mmq_commit();
+        cp_async_commit();
     }
     /* the item's 8 activation rows, Q8_K blocks (f32 d, 256 i8, 16 i16
      * bsums: 73 words) unpacked; a missing row (-1) as zeros */
@@ -171,7 +165,7 @@ k_mmq_k45(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restr
         for (int it = qd_mmq_rev(p, LG); it < nb; it += S, q++) {
             __syncthreads();   /* slot (q - 1) % MMQ_NST free */
             if (q + MMQ_NST - 1 < nb) mmq_fill<Q5>(ring + ((q + MMQ_NST - 1) % MMQ_NST) * MMQ_ROWS * BB, g, rb, nr, ord[q + MMQ_NST - 1]);
-            mmq_commit();
+            cp_async_commit();
             mmq_wait<MMQ_NST - 1>();
             __syncthreads();
             const uint8_t *slot = ring + (q % MMQ_NST) * MMQ_ROWS * BB;
@@ -297,9 +291,9 @@ k_mmq_q80s(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__rest
     const int cpr = rb / 16;   /* the 16 rows whole (rows past the matrix: its last) */
     for (int c = tid; c < MMQ8_ROWS * cpr; c += 32 * MMQ_WARPS) {
         const int i = c / cpr, ch = c - i * cpr;
-        mmq_cp16(sw + i * L.ws + 16 * ch, g + (size_t)min(i, nr - 1) * rb + 16 * ch);
+        cp_async16(sw + i * L.ws + 16 * ch, g + (size_t)min(i, nr - 1) * rb + 16 * ch);
     }
-    mmq_commit();
+    cp_async_commit();
     for (int j = 0; j < CUDA_MM_NB; j++) {   /* Q8_0 blocks: f16 d, 16 halfwords of quants */
         const int xr = xrow[b * CUDA_MM_NB + j];
         const uint8_t *gx = xq + (size_t)(xr < 0 ? 0 : xr) * x_stride;
@@ -368,6 +362,118 @@ k_mmq_q80s(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__rest
     }
 }
 
+/* ==== Q6_K ====
+ * An item (qd_item_q6_K) is 8 weights at each of l, l + 32, l + 64, l + 96
+ * of a block's half hh, each 8 under its own 16-weight scale:
+ *     v = (d(w) * dx) * (sc0 dot8_0 + sc2 dot8_1 + sc4 dot8_2 + sc6 dot8_3).
+ * So an item takes four m16n8k16 mma, one a group of 8 (k = 0..7: the
+ * fragments of lanes with lane % 4 = 0, 1; lanes 2, 3 give zeros), each
+ * the exact dot8 of the dp4a kernel; the integers meet in isum as there,
+ * then the same float products. The lanes' order and tree as the Q4_K
+ * kernel's (qd_mmq_push; U = 4 items a lane a pass: lane sl sums items sl,
+ * sl + S, ... in turn). A CTA: 64 rows (16 a warp) by 8 activation rows;
+ * the rows' contiguous span staged whole (stage_tile: 210-byte blocks, the
+ * span at its own offset mod 16), read by 2-aligned word loads
+ * (qd_ld32_a2); the activations as the Q4_K kernel's (plain 256-byte
+ * blocks, scales as floats). lg_s <= 3 (k <= 1024: the experts' down
+ * projections of 30b-a3b and 80b-a3b shapes). */
+#define MMQ6_LG_MAX 3
+struct mmq6_lay {
+    int xs, o_d, o_w, bytes;
+};
+__host__ __device__ __forceinline__ mmq6_lay mmq6_layout(int k)
+{
+    const int nb = k / 256;
+    mmq6_lay l;
+    l.xs = k + 16;
+    l.o_d = CUDA_MM_NB * l.xs;
+    l.o_w = (l.o_d + 4 * CUDA_MM_NB * nb + 15) & ~15;
+    l.bytes = l.o_w + MMQ_ROWS * nb * CQ6_K_BYTES + 32;   /* + the span's shift and the a2 loads' last word */
+    return l;
+}
+
+template <int LG>
+__global__ void __launch_bounds__(32 * MMQ_WARPS, 3)
+k_mmq_q6k(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
+          const uint8_t *__restrict__ xq, size_t x_stride, const int32_t *__restrict__ xrow,
+          const int64_t *__restrict__ yoff, float *y)
+{
+    pdl_enter();
+    constexpr int S = 1 << LG;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int nb = k / 256, nit = 8 * nb, rb = nb * CQ6_K_BYTES;
+    const mmq6_lay L = mmq6_layout(k);
+    int8_t *sq = (int8_t *)smem;
+    float *sd = (float *)(smem + L.o_d);
+    const int b = blockIdx.y, r0 = blockIdx.x * MMQ_ROWS, nr = min(MMQ_ROWS, rows - r0);
+    const uint8_t *g = W + (size_t)(ids ? ids[b] : 0) * w_stride + (size_t)r0 * rb;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int shift = stage_tile(smem + L.o_w, g, (size_t)nr * rb);
+    for (int j = 0; j < CUDA_MM_NB; j++) {   /* as k_mmq_k45: Q8_K blocks unpacked, a missing row as zeros */
+        const int xr = xrow[b * CUDA_MM_NB + j];
+        const uint8_t *gx = xq + (size_t)(xr < 0 ? 0 : xr) * x_stride;
+        for (int w = tid; w < nb * 73; w += 32 * MMQ_WARPS) {
+            const uint32_t v = xr < 0 ? 0u : qd_ld32(gx + 4 * (size_t)w);
+            const int blk = w / 73, o = w - blk * 73;
+            if (o == 0) sd[j * nb + blk] = __uint_as_float(v);
+            else if (o <= 64) *(uint32_t *)(sq + j * L.xs + blk * 256 + 4 * (o - 1)) = v;
+        }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+
+    const int gr = lane >> 2, t = lane & 3, t0 = 2 * t;
+    const uint8_t *sw = smem + L.o_w + shift;
+    const uint8_t *wr[2] = { sw + (size_t)min(16 * warp + gr, nr - 1) * rb, sw + (size_t)min(16 * warp + gr + 8, nr - 1) * rb };
+    const int8_t *xg = sq + gr * L.xs + 4 * (t & 1);   /* this lane's B: activation row gr, bytes 4 (t % 2) .. */
+    const uint32_t k32 = 0x20202020u;
+    float stk[4][QD_MMQ_LG_MAX + 1];
+    qd_mmq_for<0, S>([&](auto P) {
+        constexpr int p = decltype(P)::value;
+        float acc[4] = { 0.f, 0.f, 0.f, 0.f };
+        for (int it = qd_mmq_rev(p, LG); it < nit; it += S) {
+            const int blk = it >> 3, hh = (it >> 2) & 1, l = (it & 3) * 8;
+            /* A: 4 weights (k = 4t..) of each group m for rows gr and gr + 8; lanes t >= 2 zeros */
+            uint32_t wq[2][4];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *bp = wr[h] + blk * CQ6_K_BYTES;
+                const int o = 64 * hh + l + 4 * (t & 1);
+                const uint32_t a = qd_ld32_a2(bp + o), bq = qd_ld32_a2(bp + o + 32);
+                const uint32_t q = qd_ld32_a2(bp + 128 + 32 * hh + l + 4 * (t & 1));
+                wq[h][0] = qd_vsub4((a & 0x0f0f0f0fu) | ((q & 0x03030303u) << 4), k32);
+                wq[h][1] = qd_vsub4((bq & 0x0f0f0f0fu) | (((q >> 2) & 0x03030303u) << 4), k32);
+                wq[h][2] = qd_vsub4(((a >> 4) & 0x0f0f0f0fu) | (((q >> 4) & 0x03030303u) << 4), k32);
+                wq[h][3] = qd_vsub4(((bq >> 4) & 0x0f0f0f0fu) | (((q >> 6) & 0x03030303u) << 4), k32);
+                if (t >= 2) wq[h][0] = wq[h][1] = wq[h][2] = wq[h][3] = 0u;
+            }
+            const int8_t *xb = xg + blk * 256 + 128 * hh + l;
+            int isum[4] = { 0, 0, 0, 0 };
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const uint32_t bx = t < 2 ? *(const uint32_t *)(xb + 32 * m) : 0u;
+                int dm[4];
+                mmq_mma16(dm, wq[0][m], wq[1][m], bx);
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    isum[e] += (int)((const int8_t *)(wr[e >> 1] + blk * CQ6_K_BYTES + 192))[8 * hh + (l >> 4) + 2 * m] * dm[e];
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {   /* qd_item_q6_K's float products */
+                const float d = qd_h2f(qd_ld16(wr[e >> 1] + blk * CQ6_K_BYTES + 208)) * sd[(t0 + (e & 1)) * nb + blk];
+                acc[e] += d * (float)isum[e];
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) qd_mmq_push<p>(stk[e], acc[e]);
+    });
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int r = 16 * warp + gr + 8 * (e >> 1), tt = t0 + (e & 1);
+        if (r < nr && xrow[b * CUDA_MM_NB + tt] >= 0) y[yoff[b * CUDA_MM_NB + tt] + r0 + r] = stk[e][0];
+    }
+}
+
 typedef void (*mmq_fn)(const uint8_t *, size_t, const int32_t *, int, int, const uint8_t *, size_t, const int32_t *,
                        const int64_t *, float *);
 
@@ -389,6 +495,11 @@ int cuda_mmq_ok(const cuda_ctx *c, const cuda_matmul_args *a, int lg_s)
         if (((uintptr_t)a->w & 15) || (a->ids && (a->w_stride & 15))) return 0;
         return (size_t)mmq8_layout((int)a->k).bytes <= c->info.smem_per_block_optin;
     }
+    if (a->wtype == QTYPE_Q6_K) {
+        if (c->info.cc_major < 8 || lg_s < 0 || lg_s > MMQ6_LG_MAX || a->k % 256) return 0;
+        if (((uintptr_t)a->w & 1) || (a->ids && (a->w_stride & 1))) return 0;
+        return (size_t)mmq6_layout((int)a->k).bytes <= c->info.smem_per_block_optin;
+    }
     if (a->wtype != QTYPE_Q4_K && a->wtype != QTYPE_Q5_K) return 0;
     if (c->info.cc_major < 8 || lg_s < 0 || lg_s > MMQ_LG_MAX || a->k % 256 || a->k > 256 * MMQ_ORD) return 0;
     if (((uintptr_t)a->w & 15) || (a->ids && (a->w_stride & 15))) return 0;
@@ -398,6 +509,14 @@ int cuda_mmq_ok(const cuda_ctx *c, const cuda_matmul_args *a, int lg_s)
 
 int cuda_mmq_run(cuda_ctx *c, const cuda_matmul_args *a, int lg_s, err *e)
 {
+    if (a->wtype == QTYPE_Q6_K) {
+        const int k = (int)a->k, rows = (int)a->rows;
+        const dim3 grid((unsigned)((rows + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)a->n_items);
+        const mmq_fn fn = lg_s == 0 ? k_mmq_q6k<0> : lg_s == 1 ? k_mmq_q6k<1> : lg_s == 2 ? k_mmq_q6k<2> : k_mmq_q6k<3>;
+        return cuda_launch(c, fn, grid, 32 * MMQ_WARPS, (size_t)mmq6_layout(k).bytes, e, "matmul mma",
+                           (const uint8_t *)a->w, a->w_stride, a->ids, rows, k, (const uint8_t *)a->xq, a->x_stride,
+                           a->xrow, a->yoff, a->y);
+    }
     if (a->wtype == CUDA_Q8_0_SPLIT) {
         const int k = (int)a->k, rows = (int)a->rows;
         const dim3 grid((unsigned)((rows + MMQ8_ROWS - 1) / MMQ8_ROWS), (unsigned)a->n_items);
@@ -424,6 +543,10 @@ int cuda_mmq_init(cuda_ctx *c, err *e)
                           "cuda_mmq_init"))
                 return -1;
         }
+    const mmq_fn q6[4] = { k_mmq_q6k<0>, k_mmq_q6k<1>, k_mmq_q6k<2>, k_mmq_q6k<3> };
+    for (int i = 0; i < 4; i++)
+        if (cuda_fail(e, cudaFuncSetAttribute(q6[i], cudaFuncAttributeMaxDynamicSharedMemorySize, lim), "cuda_mmq_init"))
+            return -1;
     if (cuda_fail(e, cudaFuncSetAttribute(k_mmq_q80s<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
                   "cuda_mmq_init") ||
         cuda_fail(e, cudaFuncSetAttribute(k_mmq_q80s<5>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
