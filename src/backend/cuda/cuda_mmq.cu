@@ -104,6 +104,28 @@ __device__ __forceinline__ void mmq_fill(uint8_t *slot, const uint8_t *g, int rb
     }
 }
 
+/* An item's 8 activation rows of Q8_K blocks (f32 d, 256 i8, 16 i16 bsums:
+ * 73 words; xr: the item's row list, -1 a missing row, unpacked as zeros)
+ * into shared memory: quants at sq + j xs + 256 blk, scales sd[j nb + blk],
+ * and (BS) the sub-block sums sbs[(j nb + blk) 8 + s] = bsums 2s + 2s+1.
+ * Every thread of the CTA calls it. */
+template <bool BS>
+__device__ __forceinline__ void mmq_unpack_q8k(const uint8_t *xq, size_t x_stride, const int32_t *xr_list, int nb,
+                                               int8_t *sq, int xs, float *sd, int *sbs)
+{
+    for (int j = 0; j < CUDA_MM_NB; j++) {
+        const int xr = xr_list[j];
+        const uint8_t *gx = xq + (size_t)(xr < 0 ? 0 : xr) * x_stride;
+        for (int w = threadIdx.x; w < nb * 73; w += 32 * MMQ_WARPS) {
+            const uint32_t v = xr < 0 ? 0u : qd_ld32(gx + 4 * (size_t)w);
+            const int blk = w / 73, o = w - blk * 73;
+            if (o == 0) sd[j * nb + blk] = __uint_as_float(v);
+            else if (o <= 64) *(uint32_t *)(sq + j * xs + blk * 256 + 4 * (o - 1)) = v;
+            else if (BS) sbs[(j * nb + blk) * 8 + (o - 65)] = (int)(int16_t)(v & 0xffffu) + (int)(int16_t)(v >> 16);
+        }
+    }
+}
+
 template <int Q5, int LG>
 __global__ void __launch_bounds__(32 * MMQ_WARPS, 3)
 k_mmq_k45(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
@@ -136,19 +158,7 @@ k_mmq_k45(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restr
         if (q < nb) mmq_fill<Q5>(ring + q * MMQ_ROWS * BB, g, rb, nr, ord[q]);
         cp_async_commit();
     }
-    /* the item's 8 activation rows, Q8_K blocks (f32 d, 256 i8, 16 i16
-     * bsums: 73 words) unpacked; a missing row (-1) as zeros */
-    for (int j = 0; j < CUDA_MM_NB; j++) {
-        const int xr = xrow[b * CUDA_MM_NB + j];
-        const uint8_t *gx = xq + (size_t)(xr < 0 ? 0 : xr) * x_stride;
-        for (int w = tid; w < nb * 73; w += 32 * MMQ_WARPS) {
-            const uint32_t v = xr < 0 ? 0u : qd_ld32(gx + 4 * (size_t)w);
-            const int blk = w / 73, o = w - blk * 73;
-            if (o == 0) sd[j * nb + blk] = __uint_as_float(v);
-            else if (o <= 64) *(uint32_t *)(sq + j * L.xs + blk * 256 + 4 * (o - 1)) = v;
-            else sbs[(j * nb + blk) * 8 + (o - 65)] = (int)(int16_t)(v & 0xffffu) + (int)(int16_t)(v >> 16);
-        }
-    }
+    mmq_unpack_q8k<true>(xq, x_stride, xrow + b * CUDA_MM_NB, nb, sq, L.xs, sd, sbs);
 
     /* this lane's outputs: rows gr, gr + 8 of the warp's 16; activation
      * rows t0, t0 + 1 (the mma's C fragment) */
@@ -409,16 +419,7 @@ k_mmq_q6k(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restr
     const uint8_t *g = W + (size_t)(ids ? ids[b] : 0) * w_stride + (size_t)r0 * rb;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int shift = stage_tile(smem + L.o_w, g, (size_t)nr * rb);
-    for (int j = 0; j < CUDA_MM_NB; j++) {   /* as k_mmq_k45: Q8_K blocks unpacked, a missing row as zeros */
-        const int xr = xrow[b * CUDA_MM_NB + j];
-        const uint8_t *gx = xq + (size_t)(xr < 0 ? 0 : xr) * x_stride;
-        for (int w = tid; w < nb * 73; w += 32 * MMQ_WARPS) {
-            const uint32_t v = xr < 0 ? 0u : qd_ld32(gx + 4 * (size_t)w);
-            const int blk = w / 73, o = w - blk * 73;
-            if (o == 0) sd[j * nb + blk] = __uint_as_float(v);
-            else if (o <= 64) *(uint32_t *)(sq + j * L.xs + blk * 256 + 4 * (o - 1)) = v;
-        }
-    }
+    mmq_unpack_q8k<false>(xq, x_stride, xrow + b * CUDA_MM_NB, nb, sq, L.xs, sd, nullptr);
     cp_async_wait_all();
     __syncthreads();
 
