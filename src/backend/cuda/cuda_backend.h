@@ -331,7 +331,7 @@ int  cuda_matvec_batch(cuda_ctx *c, const cuda_matvec_args *a, err *e);
  * benchmarks that compare the two on a whole model (test_cuda_model
  * --bench); results differ only in float summation order. Mode 2 also
  * keeps cuda_matmul on its dp4a kernel where it would take the tensor
- * cores (Q4_K / Q5_K, cuda_mmq.cu; the same results bit for bit). */
+ * cores (cuda_mmq.cu; the same results bit for bit). */
 void cuda_matvec_force(cuda_ctx *c, int mode);
 /* Kernels launched as programmatic dependents of the stream's previous
  * kernel (Hopper's PDL: a kernel's launch overlaps the previous one's
@@ -350,9 +350,10 @@ void cuda_set_pdl(cuda_ctx *c, int on);
  * are read once for all its rows (the point: a chunk's rows routed to one
  * expert, or the rows of a dense projection). Each output is bit for bit
  * what cuda_matvec_batch (the direct kernel) gives for that matrix and row:
- * the same items, the same per-lane order, the same reduction (Q4_K and
- * Q5_K on sm_80+: the tensor-core kernel of cuda_mmq.cu, its integer dots
- * by int8 mma, summed in that same order). Types and
+ * the same items, the same per-lane order, the same reduction (Q4_K, Q5_K,
+ * Q6_K and split Q8_0 on sm_80+, the shapes cuda_mmq.cu takes: its
+ * tensor-core kernels, their integer dots by int8 mma, summed in that
+ * same order). Types and
  * alignment as cuda_matvec_batch; n_items <= 65535. Enqueued. */
 #define CUDA_MM_NB 8
 typedef struct cuda_matmul_args {

@@ -219,8 +219,8 @@ __device__ __forceinline__ int stage_tile(uint8_t *s, const uint8_t *g, size_t n
  * matvec kernels once per context (called by cuda_open). */
 int cuda_matvec_init(cuda_ctx *c, err *e);
 
-/* Defined in cuda_mmq.cu: cuda_matmul's tensor-core kernels for Q4_K, Q5_K
- * and split Q8_0 rows, bit for bit the direct kernel's outputs for the same lg_s (its
+/* Defined in cuda_mmq.cu: cuda_matmul's tensor-core kernels for Q4_K, Q5_K,
+ * Q6_K and split Q8_0 rows, bit for bit the direct kernel's outputs for the same lg_s (its
  * lanes a row, mvd_geometry). cuda_mmq_ok: the launch can take it (type,
  * lg_s, alignment, shared memory, an sm_80+ device); cuda_mmq_run
  * enqueues it; cuda_mmq_init raises its shared-memory limit (from

@@ -1,8 +1,9 @@
 /* cuda_mmq.cu: the grouped matmul of prompt chunks (cuda_matmul) for Q4_K,
- * Q5_K and split Q8_0 rows on the tensor cores: int8 mma.sync (m16n8k32,
- * m16n8k16) takes the integer dots that the direct kernel (cuda_matvec.cu,
- * k_matmul_direct) makes with dp4a, and the outputs stay bit for bit the
- * direct kernel's. (Q8_0 in split rows: below, k_mmq_q80s.)
+ * Q5_K, Q6_K and split Q8_0 rows on the tensor cores: int8 mma.sync
+ * (m16n8k32, m16n8k16) takes the integer dots that the direct kernel
+ * (cuda_matvec.cu, k_matmul_direct) makes with dp4a, and the outputs stay
+ * bit for bit the direct kernel's. (Q6_K and Q8_0 in split rows: below,
+ * k_mmq_q6k and k_mmq_q80s.)
  *
  * Why the same bits: a Q4_K / Q5_K item is a whole 256-weight block
  * (qd_k45_dot): eight 32-weight sub-block dots, each an exact integer,
@@ -34,9 +35,9 @@
  * Q5_K's qh a block), one of activations, two mma, then the integer and
  * float epilogue for its 16 x 8 outputs (4 a lane).
  *
- * Used for lg_s <= MMQ_LG_MAX (k <= 4096), 16-byte aligned stacks (split
- * Q8_0: lg_s 4 or 5, k >= 768); other shapes take the direct kernel
- * (cuda_mmq_ok). */
+ * Used for lg_s <= MMQ_LG_MAX (k <= 4096), 16-byte aligned stacks (Q6_K:
+ * lg_s <= 3, k <= 1024; split Q8_0: lg_s 4 or 5, k >= 768); other shapes
+ * take the direct kernel (cuda_mmq_ok). */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_qdot.cuh"
 
