@@ -30,9 +30,10 @@
  * and sub-block sums (int32 pairs of Q8_K's bsums), and a ring of
  * MMQ_NST block columns of the 64 weight rows (144 / 176 bytes a row,
  * again 8 distinct bank groups for 8 rows), filled by cp.async in the order
- * the blocks are summed, MMQ_NST - 1 columns ahead. A warp's block: two
- * ldmatrix.x4 of weights a 64-weight pair of sub-blocks (plus one of
- * Q5_K's qh a block), one of activations, two mma, then the integer and
+ * the blocks are summed, MMQ_NST - 1 columns ahead. A warp's block, for
+ * each pair of sub-blocks (64 weights): one ldmatrix.x4 of weights (16
+ * rows x 32 bytes of qs, both nibbles; Q5_K: one more a block for qh),
+ * one of activations (8 rows x 64 bytes), two mma; then the integer and
  * float epilogue for its 16 x 8 outputs (4 a lane).
  *
  * Used for lg_s <= MMQ_LG_MAX (k <= 4096), 16-byte aligned stacks (Q6_K:
