@@ -128,6 +128,20 @@ __device__ __forceinline__ void mmq_unpack_q8k(const uint8_t *xq, size_t x_strid
     }
 }
 
+/* A lane's 4 outputs of the m16n8 C fragment, each its tree's sum
+ * (stk[e][0]): rows r0 + gr + 8 (e / 2) of the CTA's (gr: the warp's row
+ * base plus lane / 4), activation rows t0 + e % 2; only rows < nr and
+ * activation rows the item names. */
+__device__ __forceinline__ void mmq_store(float *y, const int64_t *yoff, const int32_t *xr_list,
+                                          const float (&stk)[4][QD_MMQ_LG_MAX + 1], int r0, int gr, int t0, int nr)
+{
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int r = gr + 8 * (e >> 1), t = t0 + (e & 1);
+        if (r < nr && xr_list[t] >= 0) y[yoff[t] + r0 + r] = stk[e][0];
+    }
+}
+
 template <int Q5, int LG>
 __global__ void __launch_bounds__(32 * MMQ_WARPS, 3)
 k_mmq_k45(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restrict__ ids, int rows, int k,
@@ -230,11 +244,7 @@ k_mmq_k45(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restr
 #pragma unroll
         for (int e = 0; e < 4; e++) qd_mmq_push<p>(stk[e], acc[e]);
     });
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const int r = 16 * warp + gr + 8 * (e >> 1), t = t0 + (e & 1);
-        if (r < nr && xrow[b * CUDA_MM_NB + t] >= 0) y[yoff[b * CUDA_MM_NB + t] + r0 + r] = stk[e][0];
-    }
+    mmq_store(y, yoff + b * CUDA_MM_NB, xrow + b * CUDA_MM_NB, stk, r0, 16 * warp + gr, t0, nr);
 }
 
 /* ==== Q8_0 in split rows (cuda_repack_q8_0) ====
@@ -470,11 +480,7 @@ k_mmq_q6k(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restr
 #pragma unroll
         for (int e = 0; e < 4; e++) qd_mmq_push<p>(stk[e], acc[e]);
     });
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const int r = 16 * warp + gr + 8 * (e >> 1), tt = t0 + (e & 1);
-        if (r < nr && xrow[b * CUDA_MM_NB + tt] >= 0) y[yoff[b * CUDA_MM_NB + tt] + r0 + r] = stk[e][0];
-    }
+    mmq_store(y, yoff + b * CUDA_MM_NB, xrow + b * CUDA_MM_NB, stk, r0, 16 * warp + gr, t0, nr);
 }
 
 typedef void (*mmq_fn)(const uint8_t *, size_t, const int32_t *, int, int, const uint8_t *, size_t, const int32_t *,
