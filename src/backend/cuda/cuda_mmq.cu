@@ -106,26 +106,41 @@ __device__ __forceinline__ void mmq_fill(uint8_t *slot, const uint8_t *g, int rb
     }
 }
 
-/* An item's 8 activation rows of Q8_K blocks (f32 d, 256 i8, 16 i16 bsums:
- * 73 words; xr: the item's row list, -1 a missing row, unpacked as zeros)
- * into shared memory: quants at sq + j xs + 256 blk, scales sd[j nb + blk],
- * and (BS) the sub-block sums sbs[(j nb + blk) 8 + s] = bsums 2s + 2s+1.
- * Every thread of the CTA calls it. */
-template <bool BS>
-__device__ __forceinline__ void mmq_unpack_q8k(const uint8_t *xq, size_t x_stride, const int32_t *xr_list, int nb,
-                                               int8_t *sq, int xs, float *sd, int *sbs)
+/* An item's 8 activation rows, n words W each (uint32_t: Q8_K's 73 a
+ * block; uint16_t: Q8_0's 17), into shared memory by put(v, j, w) (row j,
+ * word w); a missing row (-1 in xr_list) as zeros. Every thread of the CTA
+ * calls it. */
+template <typename W, typename Put>
+__device__ __forceinline__ void mmq_unpack(const uint8_t *xq, size_t x_stride, const int32_t *xr_list, int n, Put put)
 {
     for (int j = 0; j < CUDA_MM_NB; j++) {
         const int xr = xr_list[j];
         const uint8_t *gx = xq + (size_t)(xr < 0 ? 0 : xr) * x_stride;
-        for (int w = threadIdx.x; w < nb * 73; w += 32 * MMQ_WARPS) {
-            const uint32_t v = xr < 0 ? 0u : qd_ld32(gx + 4 * (size_t)w);
-            const int blk = w / 73, o = w - blk * 73;
-            if (o == 0) sd[j * nb + blk] = __uint_as_float(v);
-            else if (o <= 64) *(uint32_t *)(sq + j * xs + blk * 256 + 4 * (o - 1)) = v;
-            else if (BS) sbs[(j * nb + blk) * 8 + (o - 65)] = (int)(int16_t)(v & 0xffffu) + (int)(int16_t)(v >> 16);
+        for (int w = threadIdx.x; w < n; w += 32 * MMQ_WARPS) {
+            W v = 0;
+            if (xr >= 0) {
+                if constexpr (sizeof(W) == 4) v = qd_ld32(gx + 4 * (size_t)w);
+                else v = qd_ld16(gx + 2 * (size_t)w);
+            }
+            put(v, j, w);
         }
     }
+}
+
+/* Q8_K rows (f32 d, 256 i8, 16 i16 bsums: 73 words a block): quants at
+ * sq + j xs + 256 blk (plain, not qd_q8k_off's rotation: ldmatrix reads
+ * them), scales sd[j nb + blk], and (BS) the sub-block sums
+ * sbs[(j nb + blk) 8 + s] = bsums 2s + 2s+1. */
+template <bool BS>
+__device__ __forceinline__ void mmq_unpack_q8k(const uint8_t *xq, size_t x_stride, const int32_t *xr_list, int nb,
+                                               int8_t *sq, int xs, float *sd, int *sbs)
+{
+    mmq_unpack<uint32_t>(xq, x_stride, xr_list, nb * 73, [&](uint32_t v, int j, int w) {
+        const int blk = w / 73, o = w - blk * 73;
+        if (o == 0) sd[j * nb + blk] = __uint_as_float(v);
+        else if (o <= 64) *(uint32_t *)(sq + j * xs + blk * 256 + 4 * (o - 1)) = v;
+        else if (BS) sbs[(j * nb + blk) * 8 + (o - 65)] = (int)(int16_t)(v & 0xffffu) + (int)(int16_t)(v >> 16);
+    });
 }
 
 /* A lane's 4 outputs of the m16n8 C fragment, each its tree's sum
@@ -316,17 +331,10 @@ k_mmq_q80s(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__rest
         cp_async16(sw + i * L.ws + 16 * ch, g + (size_t)min(i, nr - 1) * rb + 16 * ch);
     }
     cp_async_commit();
-    for (int j = 0; j < CUDA_MM_NB; j++) {   /* Q8_0 blocks: f16 d, 16 halfwords of quants */
-        const int xr = xrow[b * CUDA_MM_NB + j];
-        const uint8_t *gx = xq + (size_t)(xr < 0 ? 0 : xr) * x_stride;
-        for (int w = tid; w < nb * 17; w += 32 * MMQ_WARPS) {
-            const uint16_t v = xr < 0 ? (uint16_t)0 : qd_ld16(gx + 2 * (size_t)w);
-            const int blk = w / 17, o = w - blk * 17;
-            if (o == 0) sd[j * nb + blk] = qd_h2f(v);
-            else *(uint16_t *)(sq + j * L.xs + blk * 32 + 2 * (o - 1)) = v;
-        }
-    }
-    mmq_wait<0>();
+    mmq_unpack<uint16_t>(xq, x_stride, xrow + b * CUDA_MM_NB, nb * 17, [&](uint16_t v, int j, int w) {
+        qd_put_q8_0(v, w, sq + j * L.xs, sd + j * nb);   /* Q8_0 blocks: f16 d, 16 halfwords of quants */
+    });
+    cp_async_wait_all();
     __syncthreads();
 
     const int gr = lane >> 2, t0 = 2 * (lane & 3);
@@ -486,81 +494,81 @@ k_mmq_q6k(const uint8_t *__restrict__ W, size_t w_stride, const int32_t *__restr
 typedef void (*mmq_fn)(const uint8_t *, size_t, const int32_t *, int, int, const uint8_t *, size_t, const int32_t *,
                        const int64_t *, float *);
 
-template <int Q5> static mmq_fn mmq_pick(int lg)
+/* The kernels by type and lanes a row (lg_s) */
+static const mmq_fn mmq_k45[2][MMQ_LG_MAX + 1] = {
+    { k_mmq_k45<0, 0>, k_mmq_k45<0, 1>, k_mmq_k45<0, 2>, k_mmq_k45<0, 3>, k_mmq_k45<0, 4> },
+    { k_mmq_k45<1, 0>, k_mmq_k45<1, 1>, k_mmq_k45<1, 2>, k_mmq_k45<1, 3>, k_mmq_k45<1, 4> },
+};
+static const mmq_fn mmq_q6k[MMQ6_LG_MAX + 1] = { k_mmq_q6k<0>, k_mmq_q6k<1>, k_mmq_q6k<2>, k_mmq_q6k<3> };
+static const mmq_fn mmq_q80s[2] = { k_mmq_q80s<4>, k_mmq_q80s<5> };   /* lg_s 4, 5 */
+
+/* A launch's kernel (NULL: none takes it; then the direct kernel), weight
+ * rows a CTA and dynamic shared memory: by type, lg_s, k, the stack's
+ * alignment (Q6_K rows 2-aligned, the others 16), the device (sm_80+) and
+ * its shared memory. */
+struct mmq_plan {
+    mmq_fn fn;
+    int    rows;
+    size_t smem;
+};
+static mmq_plan mmq_plan_of(const cuda_ctx *c, const cuda_matmul_args *a, int lg_s)
 {
-    switch (lg) {
-    case 0: return k_mmq_k45<Q5, 0>;
-    case 1: return k_mmq_k45<Q5, 1>;
-    case 2: return k_mmq_k45<Q5, 2>;
-    case 3: return k_mmq_k45<Q5, 3>;
-    default: return k_mmq_k45<Q5, 4>;
+    mmq_plan p = { NULL, MMQ_ROWS, 0 };
+    if (c->info.cc_major < 8 || lg_s < 0 || a->k % 256) return p;
+    const int k = (int)a->k;
+    uintptr_t al = 15;
+    switch (a->wtype) {
+    case QTYPE_Q4_K:
+    case QTYPE_Q5_K: {
+        const int q5 = a->wtype == QTYPE_Q5_K;
+        if (lg_s > MMQ_LG_MAX || a->k > 256 * MMQ_ORD) return p;
+        p.fn = mmq_k45[q5][lg_s];
+        p.smem = (size_t)mmq_layout(k, q5 ? QD_Q5K_BYTES : CQ4_K_BYTES).bytes;
+        break;
     }
+    case QTYPE_Q6_K:
+        if (lg_s > MMQ6_LG_MAX) return p;
+        al = 1;
+        p.fn = mmq_q6k[lg_s];
+        p.smem = (size_t)mmq6_layout(k).bytes;
+        break;
+    case CUDA_Q8_0_SPLIT:   /* k % 256 == 0 and aligned stacks: cuda_repack_q8_0's contract */
+        if (lg_s < 4 || lg_s > 5) return p;
+        p.fn = mmq_q80s[lg_s - 4];
+        p.rows = MMQ8_ROWS;
+        p.smem = (size_t)mmq8_layout(k).bytes;
+        break;
+    default:
+        return p;
+    }
+    if (((uintptr_t)a->w & al) || (a->ids && (a->w_stride & al)) || p.smem > c->info.smem_per_block_optin)
+        p.fn = NULL;
+    return p;
 }
 
-int cuda_mmq_ok(const cuda_ctx *c, const cuda_matmul_args *a, int lg_s)
-{
-    if (a->wtype == CUDA_Q8_0_SPLIT) {   /* k % 256 == 0 and aligned stacks: cuda_repack_q8_0's contract */
-        if (c->info.cc_major < 8 || lg_s < 4 || lg_s > 5 || a->k % 256) return 0;
-        if (((uintptr_t)a->w & 15) || (a->ids && (a->w_stride & 15))) return 0;
-        return (size_t)mmq8_layout((int)a->k).bytes <= c->info.smem_per_block_optin;
-    }
-    if (a->wtype == QTYPE_Q6_K) {
-        if (c->info.cc_major < 8 || lg_s < 0 || lg_s > MMQ6_LG_MAX || a->k % 256) return 0;
-        if (((uintptr_t)a->w & 1) || (a->ids && (a->w_stride & 1))) return 0;
-        return (size_t)mmq6_layout((int)a->k).bytes <= c->info.smem_per_block_optin;
-    }
-    if (a->wtype != QTYPE_Q4_K && a->wtype != QTYPE_Q5_K) return 0;
-    if (c->info.cc_major < 8 || lg_s < 0 || lg_s > MMQ_LG_MAX || a->k % 256 || a->k > 256 * MMQ_ORD) return 0;
-    if (((uintptr_t)a->w & 15) || (a->ids && (a->w_stride & 15))) return 0;
-    const mmq_lay l = mmq_layout((int)a->k, a->wtype == QTYPE_Q5_K ? QD_Q5K_BYTES : CQ4_K_BYTES);
-    return (size_t)l.bytes <= c->info.smem_per_block_optin;
-}
+int cuda_mmq_ok(const cuda_ctx *c, const cuda_matmul_args *a, int lg_s) { return mmq_plan_of(c, a, lg_s).fn != NULL; }
 
 int cuda_mmq_run(cuda_ctx *c, const cuda_matmul_args *a, int lg_s, err *e)
 {
-    if (a->wtype == QTYPE_Q6_K) {
-        const int k = (int)a->k, rows = (int)a->rows;
-        const dim3 grid((unsigned)((rows + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)a->n_items);
-        const mmq_fn fn = lg_s == 0 ? k_mmq_q6k<0> : lg_s == 1 ? k_mmq_q6k<1> : lg_s == 2 ? k_mmq_q6k<2> : k_mmq_q6k<3>;
-        return cuda_launch(c, fn, grid, 32 * MMQ_WARPS, (size_t)mmq6_layout(k).bytes, e, "matmul mma",
-                           (const uint8_t *)a->w, a->w_stride, a->ids, rows, k, (const uint8_t *)a->xq, a->x_stride,
-                           a->xrow, a->yoff, a->y);
-    }
-    if (a->wtype == CUDA_Q8_0_SPLIT) {
-        const int k = (int)a->k, rows = (int)a->rows;
-        const dim3 grid((unsigned)((rows + MMQ8_ROWS - 1) / MMQ8_ROWS), (unsigned)a->n_items);
-        return cuda_launch(c, lg_s == 4 ? k_mmq_q80s<4> : k_mmq_q80s<5>, grid, 32 * MMQ_WARPS,
-                           (size_t)mmq8_layout(k).bytes, e, "matmul mma", (const uint8_t *)a->w, a->w_stride, a->ids,
-                           rows, k, (const uint8_t *)a->xq, a->x_stride, a->xrow, a->yoff, a->y);
-    }
-    const int q5 = a->wtype == QTYPE_Q5_K, k = (int)a->k, rows = (int)a->rows;
-    const mmq_lay l = mmq_layout(k, q5 ? QD_Q5K_BYTES : CQ4_K_BYTES);
-    const dim3 grid((unsigned)((rows + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)a->n_items);
-    const mmq_fn fn = q5 ? mmq_pick<1>(lg_s) : mmq_pick<0>(lg_s);
-    return cuda_launch(c, fn, grid, 32 * MMQ_WARPS, (size_t)l.bytes, e, "matmul mma", (const uint8_t *)a->w,
-                       a->w_stride, a->ids, rows, k, (const uint8_t *)a->xq, a->x_stride, a->xrow, a->yoff, a->y);
+    const mmq_plan p = mmq_plan_of(c, a, lg_s);
+    if (!p.fn) return err_setf(e, ERR_USAGE, "cuda_mmq_run: no tensor-core kernel for this launch (cuda_mmq_ok)");
+    const int rows = (int)a->rows;
+    const dim3 grid((unsigned)((rows + p.rows - 1) / p.rows), (unsigned)a->n_items);
+    return cuda_launch(c, p.fn, grid, 32 * MMQ_WARPS, p.smem, e, "matmul mma", (const uint8_t *)a->w, a->w_stride,
+                       a->ids, rows, (int)a->k, (const uint8_t *)a->xq, a->x_stride, a->xrow, a->yoff, a->y);
 }
 
 /* The kernels' dynamic shared-memory limit, once per context. */
 int cuda_mmq_init(cuda_ctx *c, err *e)
 {
     const int lim = (int)c->info.smem_per_block_optin;
-    for (int q5 = 0; q5 < 2; q5++)
-        for (int lg = 0; lg <= MMQ_LG_MAX; lg++) {
-            const mmq_fn fn = q5 ? mmq_pick<1>(lg) : mmq_pick<0>(lg);
-            if (cuda_fail(e, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
+    const mmq_fn *sets[3] = { &mmq_k45[0][0], mmq_q6k, mmq_q80s };
+    const int n[3] = { 2 * (MMQ_LG_MAX + 1), MMQ6_LG_MAX + 1, 2 };
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < n[s]; i++)
+            if (cuda_fail(e, cudaFuncSetAttribute(sets[s][i], cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
                           "cuda_mmq_init"))
                 return -1;
-        }
-    const mmq_fn q6[4] = { k_mmq_q6k<0>, k_mmq_q6k<1>, k_mmq_q6k<2>, k_mmq_q6k<3> };
-    for (int i = 0; i < 4; i++)
-        if (cuda_fail(e, cudaFuncSetAttribute(q6[i], cudaFuncAttributeMaxDynamicSharedMemorySize, lim), "cuda_mmq_init"))
-            return -1;
-    if (cuda_fail(e, cudaFuncSetAttribute(k_mmq_q80s<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
-                  "cuda_mmq_init") ||
-        cuda_fail(e, cudaFuncSetAttribute(k_mmq_q80s<5>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
-                  "cuda_mmq_init"))
-        return -1;
     return 0;
 }
 
