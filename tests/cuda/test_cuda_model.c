@@ -1708,11 +1708,7 @@ static int profile_chunk(const char *path, int nr, int timed)
             }
         cuda_model_set_matvec(g, 0);
         if (!rc) {
-            double md[2];
-            for (int m = 0; m < 2; m++) {   /* median of 3 */
-                const double x = ms[m][0], y = ms[m][1], z = ms[m][2];
-                md[m] = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
-            }
+            const double md[2] = { median_of(ms[0], 3), median_of(ms[1], 3) };
             printf("profile: %d rows in chunks: default %.2f ms (%.1f tok/s), dp4a matmuls only %.2f ms (%.1f tok/s): "
                    "%.3fx; logits %s\n", nr, md[0], nr / (md[0] / 1e3), md[1], nr / (md[1] / 1e3), md[1] / md[0],
                    same ? "bit-identical" : "DIFFER");
