@@ -1680,10 +1680,13 @@ static int profile(const char *path)
 static int profile_chunk(const char *path, int nr, int timed)
 {
     err e = {0};
+    if (nr < 1 || nr > 256) {   /* the model's n_ctx below */
+        fprintf(stderr, "profile: ROWS %d out of range 1..256\n", nr);
+        return 2;
+    }
     if (ensure_model(path, "30b-a3b", "bench")) return 1;
     cpu_side c;
     if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "profile: %s\n", e.msg); cpu_close(&c); return 1; }
-    if (nr < 1 || nr > 256) nr = 192;
     cuda_model *g = NULL;
     cuda_model_opts go = { .device = 0, .n_ctx = 256, .kv_f16 = 1 };
     int rc = cuda_model_open(&g, &c.hp, c.w, &go, &e);
