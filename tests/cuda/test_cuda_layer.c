@@ -4,7 +4,8 @@
  * Without a usable GPU (this machine and CI) cuda_open answers
  * ERR_UNSUPPORTED; the suite prints a skip note and counts the skip as one
  * passed case: `cuda_layer: 1 passed, 0 failed`, exit 0. `test_cuda_layer
- * attention` runs the attention checks alone (for compute-sanitizer).
+ * attention` runs the attention checks alone (for compute-sanitizer);
+ * `--bench-rows` times a prompt chunk's attention (bench_rows).
  *
  * With a GPU (fresh random inputs, outputs poisoned before each kernel):
  *   get_rows   every supported type (rows quantized by the CPU's reference
@@ -30,8 +31,11 @@
  *              |gpu - cpu| <= 1e-5 * sum_j p_j |v_j[d]| per element (the
  *              scale of the terms summed: an output may cancel to ~0, so
  *              plain relative error is meaningless there); and
- *              cuda_attention_rows over positions 1000..1039 bit for bit
- *              the one-row calls;
+ *              cuda_attention_rows bit for bit the one-row calls
+ *              (check_attention_rows: k_attn_rows across the buckets'
+ *              ends and the spread / per-warp tiles switch, d 64 / 128,
+ *              f16 / f32, groups of 1, 4, 8; the shapes it leaves to
+ *              one-row launches);
  *   attention_fused  cuda_attention_decode_fused vs cuda_qk_norm_rope_store
  *              + cuda_attention_decode: output and both caches bit for bit,
  *              positions 0..3000 (the row's position in the first or a
@@ -433,42 +437,59 @@ static void check_attention(const attn_case *t)
 }
 
 /* cuda_attention_rows == one-row calls (each with its own context as the
- * bound), bit for bit, for NQ rows from P0: across the ends of the launch
- * shape's buckets (contexts 128 | 129 and 2048 | 2049: one launch per
- * bucket, the cluster 4 | 8 | 16) and across a switch between the
- * kernel's paths (with 8-CTA clusters, all warps on each tile up to
- * context 512, per-warp tiles beyond) */
-static void check_attention_rows(int P0)
+ * bound), bit for bit, for NQ rows from P0 (H query heads, HKV KV heads,
+ * head_dim D, caches f16 or f32): across the ends of the launch shape's
+ * buckets (contexts 128 | 129 and 2048 | 2049: one launch per bucket, the
+ * cluster 4 | 8 | 16) and across a switch between k_attn's paths (with
+ * 8-CTA clusters, all warps on each tile up to context 512, per-warp tiles
+ * beyond), by k_attn_rows (head_dim 64 / 128, groups of up to 8 heads) or,
+ * where the shape has none, by one-row launches; one_row: by one-row
+ * launches always (cuda_attention_force_one_row). */
+static void check_attention_rows(int H, int HKV, int D, int f16, int P0, int NQ, int one_row)
 {
-    enum { NQ = 40, H = 32, HKV = 4, D = 128 };
-    const size_t QD = (size_t)H * D, rs = (size_t)HKV * D, n_ctx = (size_t)P0 + NQ;
+    const size_t QD = (size_t)H * D, rs = (size_t)HKV * D, n_ctx = (size_t)P0 + NQ, es = f16 ? 2 : 4;
     float *q = xmalloc(sizeof(float) * QD * NQ);
-    uint16_t *kc = xmalloc(2 * rs * n_ctx), *vc = xmalloc(2 * rs * n_ctx);
+    uint8_t *kc = xmalloc(es * rs * n_ctx), *vc = xmalloc(es * rs * n_ctx);
     for (size_t i = 0; i < QD * NQ; i++) q[i] = frand() * 2.0f;
-    for (size_t i = 0; i < rs * n_ctx; i++) { kc[i] = fp32_to_fp16(frand()); vc[i] = fp32_to_fp16(frand()); }
+    for (size_t i = 0; i < rs * n_ctx; i++) {
+        const float a = frand(), b = frand();
+        if (f16) { ((uint16_t *)kc)[i] = fp32_to_fp16(a); ((uint16_t *)vc)[i] = fp32_to_fp16(b); }
+        else { ((float *)kc)[i] = a; ((float *)vc)[i] = b; }
+    }
     float *dq = dev_from(q, sizeof(float) * QD * NQ), *drows = dev_alloc(sizeof(float) * QD * NQ);
     float *done = dev_alloc(sizeof(float) * QD);
-    void *dk = dev_from(kc, 2 * rs * n_ctx), *dv = dev_from(vc, 2 * rs * n_ctx);
+    void *dk = dev_from(kc, es * rs * n_ctx), *dv = dev_from(vc, es * rs * n_ctx);
     int32_t *dp = dev_alloc(sizeof(int32_t));
     float *rows = xmalloc(sizeof(float) * QD * NQ), *one = xmalloc(sizeof(float) * QD);
     const float scale = 1.0f / sqrtf((float)D);
     err e = {0};
     const int32_t p0 = P0;
     cuda_upload(g_cu, dp, &p0, sizeof p0, &e);
-    CHECK_MSG(cuda_attention_rows(g_cu, drows, dq, NQ, H, HKV, D, dk, 1, dv, 1, dp, P0, scale, &e) == 0, "%s", e.msg);
+    cuda_attention_force_one_row(g_cu, one_row);
+    CHECK_MSG(cuda_attention_rows(g_cu, drows, dq, NQ, H, HKV, D, dk, f16, dv, f16, dp, P0, scale, &e) == 0, "%s",
+              e.msg);
+    cuda_attention_force_one_row(g_cu, 0);
     download(rows, drows, sizeof(float) * QD * NQ);
     int differ = 0;
     for (int i = 0; i < NQ; i++) {
         const int32_t p = P0 + i;
         cuda_upload(g_cu, dp, &p, sizeof p, &e);
-        CHECK_MSG(cuda_attention_decode(g_cu, done, dq + (size_t)i * QD, 1, H, HKV, D, dk, 1, dv, 1, dp, p + 1, scale,
-                                        &e) == 0,
+        CHECK_MSG(cuda_attention_decode(g_cu, done, dq + (size_t)i * QD, 1, H, HKV, D, dk, f16, dv, f16, dp, p + 1,
+                                        scale, &e) == 0,
                   "%s", e.msg);
         download(one, done, sizeof(float) * QD);
-        if (memcmp(one, rows + (size_t)i * QD, sizeof(float) * QD)) differ++;
+        if (memcmp(one, rows + (size_t)i * QD, sizeof(float) * QD) && differ++ == 0)
+            for (size_t j = 0; j < QD; j++)
+                if (memcmp(&one[j], &rows[(size_t)i * QD + j], sizeof(float))) {   /* the first, for the log */
+                    printf("  first difference: row %d (position %d) head %zu dim %zu: one-row %a, rows %a\n", i,
+                           P0 + i, j / (size_t)D, j % (size_t)D, one[j], rows[(size_t)i * QD + j]);
+                    break;
+                }
     }
-    CHECK_MSG(differ == 0, "attention rows %d..%d: %d rows differ from one-row calls", P0, P0 + NQ - 1, differ);
-    printf("  attention rows %d..%d == one-row calls: %s\n", P0, P0 + NQ - 1, differ ? "NO" : "bit-identical");
+    CHECK_MSG(differ == 0, "attention rows %d..%d heads %d/%d d=%d %s%s: %d rows differ from one-row calls", P0,
+              P0 + NQ - 1, H, HKV, D, f16 ? "f16" : "f32", one_row ? " (one-row launches)" : "", differ);
+    printf("  attention rows %d..%d heads %d/%d d=%d %s%s == one-row calls: %s\n", P0, P0 + NQ - 1, H, HKV, D,
+           f16 ? "f16" : "f32", one_row ? " (one-row launches)" : "", differ ? "NO" : "bit-identical");
     cuda_free(g_cu, dq); cuda_free(g_cu, drows); cuda_free(g_cu, done); cuda_free(g_cu, dk); cuda_free(g_cu, dv);
     cuda_free(g_cu, dp);
     free(q); free(kc); free(vc); free(rows); free(one);
@@ -496,9 +517,21 @@ TEST(test_attention)
         { 1, 64, 8, 64, 200,   0, 1, 0, 2.0f },   /* spread, d 64 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&cases[i]);
-    check_attention_rows(100);    /* contexts 101..140: buckets 0 and 1 */
-    check_attention_rows(490);    /* 491..530: 8-CTA clusters, spread | per-warp tiles */
-    check_attention_rows(2030);   /* 2031..2070: buckets 1 and 2 */
+    /* Qwen3-30B-A3B's shape, f16 caches (the engine's) */
+    check_attention_rows(32, 4, 128, 1, 0, 40, 0);      /* contexts 1..40: empty slices */
+    check_attention_rows(32, 4, 128, 1, 100, 40, 0);    /* 101..140: buckets 0 and 1 */
+    check_attention_rows(32, 4, 128, 1, 490, 40, 0);    /* 491..530: 8-CTA clusters, spread | per-warp tiles */
+    check_attention_rows(32, 4, 128, 1, 2030, 40, 0);   /* 2031..2070: buckets 1 and 2 */
+    check_attention_rows(32, 4, 128, 1, 100, 40, 1);    /* the one-row launches themselves */
+    /* f32 caches; d 64 (gpt-oss: 64 / 8 heads); no GQA; a group of 4 */
+    check_attention_rows(32, 4, 128, 0, 490, 40, 0);
+    check_attention_rows(64, 8, 64, 1, 0, 140, 0);
+    check_attention_rows(64, 8, 64, 0, 2040, 16, 0);
+    check_attention_rows(16, 16, 64, 1, 495, 24, 0);
+    check_attention_rows(8, 2, 128, 1, 1000, 24, 0);
+    /* shapes k_attn_rows leaves to one-row launches: a group of 16, d 256 */
+    check_attention_rows(64, 4, 128, 1, 120, 16, 0);
+    check_attention_rows(16, 2, 256, 1, 120, 16, 0);
 }
 
 /* cuda_attention_decode_fused == cuda_qk_norm_rope_store +
@@ -830,6 +863,66 @@ static int run_combine_norm(void *p)
     return cuda_moe_combine_rmsnorm_quant(g_cu, QTYPE_Q8_0, a[0], a[1], a[2], 8, a[3], a[4], a[2], 2048, 1e-6f, NULL);
 }
 
+/* --bench-rows: a prompt chunk's attention (Qwen3-30B-A3B's shape: 32 / 4
+ * heads, d 128, f16 caches), cuda_attention_rows by k_attn_rows against
+ * the one-row launches it replaced (cuda_attention_force_one_row), for
+ * chunks at several positions: 5 alternating rounds of 10 calls each,
+ * medians; the two outputs compared by memcmp. */
+typedef struct rows_bench { float *out, *q; void *k, *v; int32_t *pos; int n_q, p0; } rows_bench;
+static int run_rows(void *p)
+{
+    rows_bench *a = p;
+    return cuda_attention_rows(g_cu, a->out, a->q, a->n_q, 32, 4, 128, a->k, 1, a->v, 1, a->pos, a->p0,
+                               1.0f / sqrtf(128.0f), NULL);
+}
+static int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+static void bench_rows(void)
+{
+    static const int cases[][2] = { { 0, 192 }, { 0, 256 }, { 192, 192 }, { 512, 256 }, { 1856, 256 }, { 3840, 256 } };
+    enum { QD = 32 * 128, KVD = 4 * 128, NCTX = 4096, ROUNDS = 5 };
+    err e = {0};
+    float *q = xmalloc(sizeof(float) * QD * 256);
+    uint16_t *kv = xmalloc(2 * (size_t)KVD * NCTX);
+    for (size_t i = 0; i < (size_t)QD * 256; i++) q[i] = frand() * 2.0f;
+    for (size_t i = 0; i < (size_t)KVD * NCTX; i++) kv[i] = fp32_to_fp16(frand());
+    rows_bench a = { dev_alloc(sizeof(float) * QD * 256), dev_from(q, sizeof(float) * QD * 256),
+                     dev_from(kv, 2 * (size_t)KVD * NCTX), NULL, dev_alloc(sizeof(int32_t)), 0, 0 };
+    for (size_t i = 0; i < (size_t)KVD * NCTX; i++) kv[i] = fp32_to_fp16(frand());
+    a.v = dev_from(kv, 2 * (size_t)KVD * NCTX);
+    float *o1 = xmalloc(sizeof(float) * QD * 256), *o2 = xmalloc(sizeof(float) * QD * 256);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        a.p0 = cases[c][0];
+        a.n_q = cases[c][1];
+        cuda_upload(g_cu, a.pos, &a.p0, sizeof a.p0, &e);
+        float tr[ROUNDS], to[ROUNDS];
+        for (int r = 0; r < ROUNDS; r++) {
+            cuda_attention_force_one_row(g_cu, 1);
+            to[r] = time_ms(run_rows, &a, 10) * 1e3f;
+            cuda_attention_force_one_row(g_cu, 0);
+            tr[r] = time_ms(run_rows, &a, 10) * 1e3f;
+        }
+        run_rows(&a);
+        download(o1, a.out, sizeof(float) * QD * a.n_q);
+        cuda_attention_force_one_row(g_cu, 1);
+        run_rows(&a);
+        cuda_attention_force_one_row(g_cu, 0);
+        download(o2, a.out, sizeof(float) * QD * a.n_q);
+        qsort(tr, ROUNDS, sizeof(float), cmp_float);
+        qsort(to, ROUNDS, sizeof(float), cmp_float);
+        printf("bench: attention rows %d..%d (32/4 heads, d 128, f16): one-row launches %.1f us, k_attn_rows %.1f us: "
+               "%.2fx; outputs %s\n", a.p0, a.p0 + a.n_q - 1, to[ROUNDS / 2], tr[ROUNDS / 2],
+               to[ROUNDS / 2] / tr[ROUNDS / 2],
+               memcmp(o1, o2, sizeof(float) * QD * a.n_q) ? "DIFFER" : "bit-identical");
+    }
+    if (cuda_sync(g_cu, &e)) fprintf(stderr, "bench: %s\n", e.msg);
+    cuda_free(g_cu, a.out); cuda_free(g_cu, a.q); cuda_free(g_cu, a.k); cuda_free(g_cu, a.v); cuda_free(g_cu, a.pos);
+    free(q); free(kv); free(o1); free(o2);
+}
+
 static void bench(void)
 {
     const int n_ctx = 32768;
@@ -924,6 +1017,7 @@ static void bench(void)
 int main(int argc, char **argv)
 {
     const int do_bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
+    const int do_rows = argc > 1 && strcmp(argv[1], "--bench-rows") == 0;
     const int only_attn = argc > 1 && strcmp(argv[1], "attention") == 0;   /* e.g. under compute-sanitizer */
     err e = {0};
     if (cuda_open(&g_cu, 0, &e) != 0) {
@@ -932,8 +1026,9 @@ int main(int argc, char **argv)
         return test_summary("cuda_layer");
     }
     printf("cuda_layer: device %s\n", cuda_device_name(g_cu));
-    if (do_bench) {
-        bench();
+    if (do_bench || do_rows) {
+        if (do_rows) bench_rows();
+        else bench();
         cuda_close(g_cu);
         return 0;
     }

@@ -1674,14 +1674,20 @@ static int profile(const char *path)
  * ROWS (default 192, the --bench prefill) evaluated in chunks (grouped
  * matmuls) on the plain path, so that a profiler sees each kernel of a
  * prompt chunk (bench/cuda/profile.sh PATH chunk; the last eval is the
- * default kernels'). TIMED (1): first 3 rounds of the chunk timed with the
- * default kernels and with the direct (dp4a) matmuls only (cuda_matvec_force
- * 2), alternating, their median wall times and logits compared. */
+ * default kernels'). TIMED: first 3 rounds of the chunk timed with the
+ * default kernels and, alternating, 1: with the direct (dp4a) matmuls only
+ * (cuda_matvec_force 2), 2: with the attention by one-row launches
+ * (cuda_attention_force_one_row); their median wall times and logits
+ * compared. */
 static int profile_chunk(const char *path, int nr, int timed)
 {
     err e = {0};
     if (nr < 1 || nr > 256) {   /* the model's n_ctx below */
         fprintf(stderr, "profile: ROWS %d out of range 1..256\n", nr);
+        return 2;
+    }
+    if (timed < 0 || timed > 2) {
+        fprintf(stderr, "profile: TIMED %d is not 0, 1 (dp4a matmuls) or 2 (one-row attention)\n", timed);
         return 2;
     }
     if (ensure_model(path, "30b-a3b", "bench")) return 1;
@@ -1703,18 +1709,21 @@ static int profile_chunk(const char *path, int nr, int timed)
         int same = 1;
         for (int r = 0; r < 3 && !rc; r++)
             for (int m = 0; m < 2 && !rc; m++) {
-                cuda_model_set_matvec(g, m ? 2 : 0);
+                if (timed == 1) cuda_model_set_matvec(g, m ? 2 : 0);
+                else cuda_attention_force_one_row(cuda_model_cuda(g), m);
                 const double t0 = timer_ms();
                 rc = cuda_model_eval(g, ids, nr, 0, l2, &e);
                 ms[m][r] = timer_ms() - t0;
                 same &= !rc && memcmp(lg, l2, sizeof(float) * V) == 0;
             }
         cuda_model_set_matvec(g, 0);
+        cuda_attention_force_one_row(cuda_model_cuda(g), 0);
         if (!rc) {
             const double md[2] = { median_of(ms[0], 3), median_of(ms[1], 3) };
-            printf("profile: %d rows in chunks: default %.2f ms (%.1f tok/s), dp4a matmuls only %.2f ms (%.1f tok/s): "
-                   "%.3fx; logits %s\n", nr, md[0], nr / (md[0] / 1e3), md[1], nr / (md[1] / 1e3), md[1] / md[0],
-                   same ? "bit-identical" : "DIFFER");
+            printf("profile: %d rows in chunks: default %.2f ms (%.1f tok/s), %s %.2f ms (%.1f tok/s): "
+                   "%.3fx; logits %s\n", nr, md[0], nr / (md[0] / 1e3),
+                   timed == 1 ? "dp4a matmuls only" : "one-row attention launches", md[1], nr / (md[1] / 1e3),
+                   md[1] / md[0], same ? "bit-identical" : "DIFFER");
         }
     }
     if (!rc) rc = cuda_model_eval(g, ids, nr, 0, lg, &e);   /* the profiled eval: the default kernels */

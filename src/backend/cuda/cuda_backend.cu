@@ -49,7 +49,7 @@ extern "C" int cuda_open(cuda_ctx **out, int device, err *e)
         (r = cuda_fail(e, cudaEventCreate(&c->ev1), "cudaEventCreate")) ||
         (r = cuda_fail(e, cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking), "cudaStreamCreate (copy)")) ||
         (r = cuda_fail(e, cudaEventCreateWithFlags(&c->ev_copy, cudaEventDisableTiming), "cudaEventCreate")) ||
-        (r = cuda_matvec_init(c, e))) {
+        (r = cuda_matvec_init(c, e)) || (r = cuda_attention_init(c, e))) {
         cuda_close(c);
         return r;
     }

@@ -497,6 +497,10 @@ void cuda_attention_force_cluster(cuda_ctx *c, int n);
  * it divides the group; 0: the heuristic, the default) for benchmarks;
  * results differ only in summation order. */
 void cuda_attention_force_heads(cuda_ctx *c, int gb);
+/* on: cuda_attention_rows launches k_attn's one-row shape for each bucket
+ * (the kernel it replaced, for benchmarks and tests); off (the default):
+ * one CTA per (row, KV head) where the shape allows. The same bits. */
+void cuda_attention_force_one_row(cuda_ctx *c, int on);
 int  cuda_attention_decode(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
                            int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,
                            const int32_t *pos_dev, int n_kv_max, float scale, err *e);
@@ -521,11 +525,13 @@ int  cuda_qk_norm_rope_store_rows(cuda_ctx *c, float *q_dev, float *k_dev, const
                                   const float *q_norm_dev, const float *k_norm_dev, int n_head, int n_head_kv,
                                   int head_dim, int n_rot, const int32_t *pos_dev, float freq_base, float freq_scale,
                                   float eps, void *k_cache_dev, void *v_cache_dev, int f16, err *e);
-/* cuda_attention_rows: cuda_attention_decode for n_q rows with the launch
- * shape (heads per CTA, cluster) of a one-row call, so each row's output
- * is bit for bit what a one-row call at its position p gives with a bound
- * of the bucket of p + 1 (a prompt chunk's attention, equal to the decode
- * path's): one launch per bucket the rows' contexts fall in. pos0 is the
+/* cuda_attention_rows: cuda_attention_decode for n_q rows, each row's
+ * output bit for bit what a one-row call at its position p gives with a
+ * bound of the bucket of p + 1 (a prompt chunk's attention, equal to the
+ * decode path's): one launch per bucket the rows' contexts fall in, of a
+ * CTA per (row, KV head) that repeats the one-row launch's operations in
+ * its order (head_dim 64 or 128, both caches f16 or both f32, groups of up
+ * to 8 heads), else of the one-row launch shape itself. pos0 is the
  * host's copy of pos_dev[0] (row i at position pos0 + i). */
 int  cuda_attention_rows(cuda_ctx *c, float *out_dev, const float *q_dev, int n_q, int n_head, int n_head_kv,
                          int head_dim, const void *k_dev, int k_f16, const void *v_dev, int v_f16,

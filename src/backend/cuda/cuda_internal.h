@@ -32,6 +32,7 @@ struct cuda_ctx {
     int          pdl;        /* cuda_set_pdl: kernels launched as programmatic dependents */
     int          at_cluster; /* cuda_attention_force_cluster: cap on the attention's cluster, 0 none */
     int          at_heads;   /* cuda_attention_force_heads: query heads a CTA (1, 2, 4, 8), 0 the heuristic */
+    int          at_one_row; /* cuda_attention_force_one_row: cuda_attention_rows by one-row launches */
     /* the chain trace (cuda_trace_begin; builds with STRATA_CUDA_TRACE) */
     struct cuda_trace_buf *tr_dev;   /* device records, NULL when off */
     int          tr_cap;     /* records (and launch names) it holds */
@@ -226,6 +227,10 @@ int cuda_matvec_init(cuda_ctx *c, err *e);
  * enqueues it; cuda_mmq_init raises its shared-memory limit (from
  * cuda_matvec_init). */
 int cuda_mmq_init(cuda_ctx *c, err *e);
+
+/* Defined in cuda_layer.cu: raise k_attn_rows' dynamic shared-memory
+ * limit once per context (called by cuda_open). */
+int cuda_attention_init(cuda_ctx *c, err *e);
 int cuda_mmq_ok(const cuda_ctx *c, const cuda_matmul_args *a, int lg_s);
 int cuda_mmq_run(cuda_ctx *c, const cuda_matmul_args *a, int lg_s, err *e);
 

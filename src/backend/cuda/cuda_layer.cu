@@ -1105,6 +1105,304 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     attn_combine<GB>(x, orow);
 }
 
+/* ==== A prompt chunk's attention: k_attn's arithmetic, a CTA per (row, KV head) ====
+ * cuda_attention_rows must give each row what a one-row k_attn launch
+ * gives: ncl CTAs (a cluster) each over a slice of `per` positions, by the
+ * spread path (per <= AT_SPREAD) or the per-warp tiles, merged in rank
+ * order (attn_combine). Launched row by row that is ncl x heads / GB CTAs
+ * of 256 threads for a few dozen positions each: a 192-row chunk's
+ * attention was 26-29% of the chunk (bench/RESULTS.md, session 25).
+ * k_attn_rows computes the same floats by the same operations in the same
+ * order, laid out for many rows: a CTA per (row, KV head), a warp per query
+ * head of the group (G <= 8), the K/V rows staged 32 positions (a tile) at
+ * a time in shared memory, once for the group's heads (cp.async, two
+ * buffers), and each warp walking its row's slices in rank order:
+ *   spread slice: a tile's score is 8 partial chains over C = D/8 dims
+ *     (k_attn's warp w: dims [wC, wC + C)) summed in w order; the softmax
+ *     as attn_spread's (lane = position: the same shuffles); the values:
+ *     lane owns dims [lane*U, lane*U + U) (U = D/32) in each of the NG =
+ *     32/U position groups (positions g, g + NG, ...: attn_spread's lane
+ *     (pg, dq) chains), the groups summed at the slice's end in its xor
+ *     tree's order;
+ *   tiles slice: tile i of the slice is k_attn's warp i % 8's, whose (m, l)
+ *     and accumulators (lane = its U dims) stay in shared memory between
+ *     its tiles; the score one chain over the D dims; the values position
+ *     by position, PVB a batch (a batch's padding adds fmaf(0, 0, a) as
+ *     there); the 8 merged at the slice's end as k_attn merges its warps;
+ *   the slices' (m, l, acc) kept in shared memory and combined after the
+ *     last as attn_combine does (rank order, empty slices skipped).
+ * ncl is the cluster the one-row launch gets (attn_cluster). D = 64 or
+ * 128 with both caches f16 or both f32; other shapes keep the one-row
+ * launches (cuda_attention_rows). */
+#define AR_VW 8   /* k_attn's warps (AT_WARPS): the tiles path's virtual warps */
+
+/* Shared memory of a k_attn_rows CTA (bytes): the tiles (2 buffers of K
+ * and V, 32 rows of D elements padded by 16 bytes: conflict-free 16-byte
+ * reads of a column), then floats: q [G][D], the slices' accumulators
+ * [G][ncl][D], the tiles path's [G][8][D] (vw: when a row of the launch
+ * may take it), the slices' (m, l) [G][ncl][2], the tiles path's [G][8][2]. */
+__host__ __device__ constexpr int ar_row_bytes(int D, int es) { return D * es + 16; }
+__host__ __device__ inline size_t ar_smem(int D, int es, int G, int ncl, int vw)
+{
+    return (size_t)4 * 32 * ar_row_bytes(D, es) +
+           sizeof(float) * ((size_t)G * D * (1 + ncl + (vw ? AR_VW : 0)) + (size_t)G * 2 * (ncl + (vw ? AR_VW : 0)));
+}
+
+__device__ __forceinline__ void cp_async_wait_one(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+/* N elements (2, 4 or 8) of a staged row from element d0 as floats, by
+ * one vector load (16-byte aligned rows; d0 a multiple of N); ld_vec's
+ * conversions. */
+template <int N, bool F16>
+__device__ __forceinline__ void ar_ld(float *f, const uint8_t *row, int d0)
+{
+    if constexpr (F16) {
+        uint32_t w[N / 2];
+        if constexpr (N == 8) {
+            const uint4 r = *(const uint4 *)(row + 2 * d0);
+            w[0] = r.x; w[1] = r.y; w[2] = r.z; w[3] = r.w;
+        } else if constexpr (N == 4) {
+            const uint2 r = *(const uint2 *)(row + 2 * d0);
+            w[0] = r.x; w[1] = r.y;
+        } else {
+            static_assert(N == 2, "ar_ld");
+            w[0] = *(const uint32_t *)(row + 2 * d0);
+        }
+#pragma unroll
+        for (int t = 0; t < N / 2; t++) {
+            const float2 a = __half22float2(*(const __half2 *)&w[t]);
+            f[2 * t] = a.x; f[2 * t + 1] = a.y;
+        }
+    } else if constexpr (N == 2) {
+        const float2 a = *(const float2 *)(row + 4 * d0);
+        f[0] = a.x; f[1] = a.y;
+    } else {
+#pragma unroll
+        for (int t = 0; t < N; t += 4) {
+            const float4 a = *(const float4 *)(row + 4 * (d0 + t));
+            f[t] = a.x; f[t + 1] = a.y; f[t + 2] = a.z; f[t + 3] = a.w;
+        }
+    }
+}
+
+/* 8 dims of the warp's query (shared memory, 16-byte aligned) */
+__device__ __forceinline__ void ar_q8(float *f, const float *q)
+{
+    const float4 a = *(const float4 *)q, b = *(const float4 *)(q + 4);
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
+/* One tile's online-softmax step as k_attn takes it (lane = position):
+ * the lane's scaled score (-inf past the slice), the tile's max by xor
+ * shuffles, the new running max m, the factor corr the running sums take,
+ * l updated by the tile's sum (xor shuffles); returns the lane's p. */
+__device__ __forceinline__ float ar_softmax(float s, bool valid, float scale, float &m, float &l, float &corr)
+{
+    const float sv = valid ? s * scale : -INFINITY;
+    float tm = sv;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+    const float mn = fmaxf(m, tm);
+    corr = m == -INFINITY ? 0.0f : expf(m - mn);
+    const float p = valid ? expf(sv - mn) : 0.0f;
+    float ps = p;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+    l = l * corr + ps;
+    m = mn;
+    return p;
+}
+
+template <int D, bool F16>
+__global__ void __launch_bounds__(256)
+k_attn_rows(float *out, const float *q, int n_head, int n_head_kv, const void *__restrict__ kc,
+            const void *__restrict__ vc, const int32_t *pos, int row0, float scale, int ncl, int vw)
+{
+    pdl_enter();
+    constexpr int U = D / 32, C = D / 8, NG = 32 / U, PVB = U <= 4 ? 16 : 8;
+    constexpr int ES = F16 ? 2 : 4, SR = ar_row_bytes(D, ES), CPR = D * ES / 16;
+    static_assert(D == 64 || D == 128, "k_attn_rows: head_dim 64 or 128");
+    extern __shared__ __align__(16) uint8_t ar_sm[];
+    const int G = (int)(blockDim.x >> 5), tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int hk = (int)blockIdx.x, row = (int)blockIdx.y, h = hk * G + warp;
+    const int n_kv = __ldcg(pos) + row0 + row + 1;
+    int per = (n_kv + ncl - 1) / ncl;
+    per = (per + 31) & ~31;
+    const bool spread = per <= AT_SPREAD;
+    const size_t rs = (size_t)n_head_kv * D, hoff = (size_t)hk * D;
+    const int nvw = vw ? AR_VW : 0;
+    float *sq = (float *)(ar_sm + 4 * 32 * SR);
+    float *sres = sq + G * D, *svw = sres + G * ncl * D, *sml = svw + G * nvw * D, *svml = sml + G * ncl * 2;
+    float *myq = sq + warp * D, *myres = sres + warp * ncl * D, *myvw = svw + warp * nvw * D;
+    float *myml = sml + warp * ncl * 2, *myvml = svml + warp * nvw * 2;
+
+    /* tile t (positions 32t ..) into buffer b; rows past the context are
+     * not read (their scores are masked, their values replaced by 0) */
+    auto stage = [&](int t, int b) {
+        for (int i = tid; i < 2 * 32 * CPR; i += (int)blockDim.x) {
+            const int kv = i / (32 * CPR), rem = i - kv * 32 * CPR, r = rem / CPR, c = rem - r * CPR;
+            const int j = 32 * t + r;
+            if (j < n_kv)
+                cp_async16(ar_sm + ((2 * b + kv) * 32 + r) * SR + 16 * c,
+                           (const uint8_t *)(kv ? vc : kc) + ((size_t)j * rs + hoff) * ES + 16 * c);
+        }
+        cp_async_commit();
+    };
+    const int T = (n_kv + 31) / 32;
+    stage(0, 0);
+    for (int i = lane; i < D; i += 32) myq[i] = q[(size_t)row * n_head * D + (size_t)h * D + i];
+
+    float m = -INFINITY, l = 0.0f, acc[NG][U];
+    for (int t = 0; t < T; t++) {
+        const int b = t & 1;
+        if (t + 1 < T) { stage(t + 1, b ^ 1); cp_async_wait_one(); }
+        else cp_async_wait_all();
+        __syncthreads();
+        const uint8_t *kt = ar_sm + (2 * b) * 32 * SR, *vt = kt + 32 * SR;
+        const int tb = 32 * t, r = tb / per, j0 = r * per, j1 = min(j0 + per, n_kv);
+        const bool last = tb + 32 >= j1;
+        const bool valid = tb + lane < j1;
+        if (spread) {
+            if (tb == j0) {
+                m = -INFINITY;
+                l = 0.0f;
+#pragma unroll
+                for (int g = 0; g < NG; g++)
+#pragma unroll
+                    for (int u = 0; u < U; u++) acc[g][u] = 0.0f;
+            }
+            /* k_attn's 8 warps' partial scores, summed in warp order */
+            float s = 0.0f;
+#pragma unroll
+            for (int w = 0; w < AR_VW; w++) {
+                float pt = 0.0f;
+#pragma unroll
+                for (int e = 0; e < C; e += 8) {
+                    float kf[8], qf[8];
+                    ar_ld<8, F16>(kf, kt + lane * SR, w * C + e);
+                    ar_q8(qf, myq + w * C + e);
+#pragma unroll
+                    for (int x = 0; x < 8; x++) pt = fmaf(kf[x], qf[x], pt);
+                }
+                s = w == 0 ? pt : s + pt;
+            }
+            float corr;
+            const float p = ar_softmax(s, valid, scale, m, l, corr);
+#pragma unroll
+            for (int g = 0; g < NG; g++)
+#pragma unroll
+                for (int u = 0; u < U; u++) acc[g][u] *= corr;
+            /* group g: positions g + NG*i, i in order (attn_spread's lane
+             * (g, dq) over its NQ = U positions) */
+#pragma unroll
+            for (int g = 0; g < NG; g++)
+#pragma unroll
+                for (int i = 0; i < U; i++) {
+                    const int pp = g + NG * i;
+                    const float pi = __shfl_sync(0xffffffffu, p, pp);
+                    float vv[U];
+                    if (tb + pp < j1) ar_ld<U, F16>(vv, vt + pp * SR, lane * U);
+                    else
+#pragma unroll
+                        for (int u = 0; u < U; u++) vv[u] = 0.0f;
+#pragma unroll
+                    for (int u = 0; u < U; u++) acc[g][u] = fmaf(pi, vv[u], acc[g][u]);
+                }
+            if (last) {   /* the xor tree over the groups (partner g ^ s) */
+#pragma unroll
+                for (int s2 = 1; s2 < NG; s2 <<= 1)
+#pragma unroll
+                    for (int g = 0; g < NG; g += 2 * s2)
+#pragma unroll
+                        for (int u = 0; u < U; u++) acc[g][u] += acc[g + s2][u];
+#pragma unroll
+                for (int u = 0; u < U; u++) myres[r * D + lane * U + u] = acc[0][u];
+                if (lane == 0) { myml[2 * r] = m; myml[2 * r + 1] = l; }
+            }
+        } else {
+            const int vi = ((tb - j0) >> 5) % AR_VW;
+            if (tb == j0) {
+                for (int i = lane; i < AR_VW * D; i += 32) myvw[i] = 0.0f;
+                if (lane < AR_VW) { myvml[2 * lane] = -INFINITY; myvml[2 * lane + 1] = 0.0f; }
+                __syncwarp();
+            }
+            float mv = myvml[2 * vi], lv = myvml[2 * vi + 1], a[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) a[u] = myvw[vi * D + lane * U + u];
+            float s = 0.0f;
+            if (valid) {
+#pragma unroll
+                for (int c8 = 0; c8 < D / 8; c8++) {
+                    float kf[8], qf[8];
+                    ar_ld<8, F16>(kf, kt + lane * SR, c8 * 8);
+                    ar_q8(qf, myq + c8 * 8);
+#pragma unroll
+                    for (int x = 0; x < 8; x++) s = fmaf(kf[x], qf[x], s);
+                }
+            }
+            float corr;
+            const float p = ar_softmax(s, valid, scale, mv, lv, corr);
+#pragma unroll
+            for (int u = 0; u < U; u++) a[u] *= corr;
+            const int nv = min(32, j1 - tb);
+            for (int t0 = 0; t0 < nv; t0 += PVB)
+#pragma unroll
+                for (int bb = 0; bb < PVB; bb++) {
+                    const float pb = __shfl_sync(0xffffffffu, p, t0 + bb);
+                    float vv[U];
+                    if (t0 + bb < nv) ar_ld<U, F16>(vv, vt + (t0 + bb) * SR, lane * U);
+                    else
+#pragma unroll
+                        for (int u = 0; u < U; u++) vv[u] = 0.0f;
+#pragma unroll
+                    for (int u = 0; u < U; u++) a[u] = fmaf(pb, vv[u], a[u]);
+                }
+#pragma unroll
+            for (int u = 0; u < U; u++) myvw[vi * D + lane * U + u] = a[u];
+            __syncwarp();
+            if (lane == 0) { myvml[2 * vi] = mv; myvml[2 * vi + 1] = lv; }
+            __syncwarp();
+            if (last) {   /* k_attn's merge of its warps */
+                const int wused = min(AR_VW, (j1 - j0 + 31) / 32);
+                float M = -INFINITY, L = 0.0f;
+                for (int w = 0; w < AR_VW; w++) M = fmaxf(M, myvml[2 * w]);
+                for (int w = 0; w < AR_VW; w++)
+                    L += myvml[2 * w] == -INFINITY ? 0.0f : myvml[2 * w + 1] * expf(myvml[2 * w] - M);
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    float sa = 0.0f;
+                    for (int w = 0; w < wused; w++) {
+                        const float f = myvml[2 * w] == -INFINITY ? 0.0f : expf(myvml[2 * w] - M);
+                        const float x = myvw[w * D + lane * U + u];
+                        sa = w == 0 ? x * f : fmaf(x, f, sa);
+                    }
+                    myres[r * D + lane * U + u] = sa;
+                }
+                if (lane == 0) { myml[2 * r] = M; myml[2 * r + 1] = L; }
+            }
+        }
+        __syncthreads();   /* buffer b is restaged at t + 2 */
+    }
+    /* attn_combine: the slices in rank order (past the last non-empty one,
+     * k_attn's slices are empty: m = -inf, skipped) */
+    __syncwarp();
+    const int nr = (n_kv + per - 1) / per;
+    float M = -INFINITY;
+    for (int r = 0; r < nr; r++) M = fmaxf(M, myml[2 * r]);
+    float *orow = out + (size_t)row * n_head * D + (size_t)h * D;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float num = 0.0f, den = 0.0f;
+        for (int r = 0; r < nr; r++) {
+            if (myml[2 * r] == -INFINITY) continue;
+            const float fr = expf(myml[2 * r] - M);
+            num = fmaf(myres[r * D + lane * U + u], fr, num);
+            den = fmaf(myml[2 * r + 1], fr, den);
+        }
+        orow[lane * U + u] = num / den;
+    }
+}
+
 template <int GB>
 static int attn_launch(cuda_ctx *c, int D, unsigned gy, unsigned gz, int cap, err *e, float *out, const float *q,
                        int n_head, int n_head_kv, const void *k, int kf16, const void *v, int vf16, const int32_t *pos,
@@ -1143,6 +1441,44 @@ extern "C" int cuda_attention_bucket(int n_kv) { return n_kv <= AT_CTX4 ? 0 : n_
 
 extern "C" int cuda_attention_bucket_end(int b) { return b <= 0 ? AT_CTX4 : b == 1 ? AT_CTX8 : INT_MAX; }
 
+/* The cluster cap of a launch for contexts up to n_kv_max (its bucket's,
+ * unless cuda_attention_force_cluster set one). */
+static int attn_cap(const cuda_ctx *c, int n_kv_max)
+{
+    static const int caps[CUDA_ATTN_BUCKETS] = { 4, 8, CL_MAX };
+    return c->at_cluster > 0 ? c->at_cluster : caps[cuda_attention_bucket(n_kv_max)];
+}
+
+/* Heads per CTA: the largest of 8, 4, 2, 1 dividing the group, halved
+ * while the grid (at cap-CTA clusters) fills less than ~3/4 of the SMs
+ * twice over: more CTAs beat loading each K/V row once per group. */
+static int attn_gb(const cuda_ctx *c, int cap, int n_head, int n_head_kv, int n_q_grid)
+{
+    const int G = n_head / n_head_kv;
+    int gb = 8;
+    while (G % gb) gb /= 2;
+    const int64_t sms = c->info.sm_count > 0 ? c->info.sm_count : 132;
+    while (gb > 1 && (int64_t)cap * (n_head / gb) * n_q_grid * 2 <= sms * 3 / 2) gb /= 2;
+    if (c->at_heads > 0 && c->at_heads <= 8 && G % c->at_heads == 0) gb = c->at_heads;
+    return gb;
+}
+
+/* The cluster size a k_attn launch of gb heads a CTA and head_dim D gets
+ * (launch_clustered's: the device's largest for that kernel, capped). */
+template <int GB>
+static const void *attn_key_gb(int D)
+{
+    return D == 64 ? (const void *)k_attn<GB, 64> : D == 128 ? (const void *)k_attn<GB, 128>
+         : D == 256 ? (const void *)k_attn<GB, 256> : (const void *)k_attn<GB, 0>;
+}
+static int attn_cluster(const cuda_ctx *c, int gb, int D, int cap)
+{
+    const void *key = gb == 8 ? attn_key_gb<8>(D) : gb == 4 ? attn_key_gb<4>(D) : gb == 2 ? attn_key_gb<2>(D)
+                    : attn_key_gb<1>(D);
+    const int cl = cluster_size(key, c->info.device, AT_THREADS);
+    return cap > 0 && cap < cl ? cap : cl;
+}
+
 /* n_q_grid: the query rows the launch shape is chosen for (heads per CTA,
  * hence the kernel and its cluster); n_q rows are computed, row i at
  * position pos[0] + row0 + i; n_kv_max: the context bound whose bucket
@@ -1157,17 +1493,7 @@ static int attn_run(cuda_ctx *c, float *out, const float *q, int n_q, int n_q_gr
                         "cuda_attention_decode: n_q=%d n_head=%d n_head_kv=%d head_dim=%d "
                         "(n_head a multiple of n_head_kv, head_dim a multiple of 8 <= %d)",
                         n_q, n_head, n_head_kv, head_dim, AT_DMAX);
-    static const int caps[CUDA_ATTN_BUCKETS] = { 4, 8, CL_MAX };
-    const int cap = c->at_cluster > 0 ? c->at_cluster : caps[cuda_attention_bucket(n_kv_max)];
-    /* heads per CTA: the largest of 8, 4, 2, 1 dividing the group, halved
-     * while the grid (at cap-CTA clusters) fills less than ~3/4 of the SMs
-     * twice over: more CTAs beat loading each K/V row once per group */
-    const int G = n_head / n_head_kv;
-    int gb = 8;
-    while (G % gb) gb /= 2;
-    const int64_t sms = c->info.sm_count > 0 ? c->info.sm_count : 132;
-    while (gb > 1 && (int64_t)cap * (n_head / gb) * n_q_grid * 2 <= sms * 3 / 2) gb /= 2;
-    if (c->at_heads > 0 && c->at_heads <= 8 && G % c->at_heads == 0) gb = c->at_heads;
+    const int cap = attn_cap(c, n_kv_max), gb = attn_gb(c, cap, n_head, n_head_kv, n_q_grid);
     const unsigned gy = (unsigned)(n_head / gb), gz = (unsigned)n_q;
     switch (gb) {
     case 8:
@@ -1196,6 +1522,58 @@ extern "C" int cuda_attention_decode(cuda_ctx *c, float *out, const float *q, in
                     at_pro{}, e);
 }
 
+/* The rows of one bucket by k_attn_rows (*done = 1), when the shape has
+ * it (head_dim 64 or 128, both caches f16 or both f32, a group of at most
+ * 8 heads, its shared memory within the device's) and
+ * cuda_attention_force_one_row is off; else *done = 0 and nothing is
+ * launched. ncl: the cluster of the one-row launch (n_q_grid 1) for the
+ * bucket's bound n_kv_max. */
+template <int D, bool F16>
+static int rows_launch(cuda_ctx *c, int G, int nr, size_t smem, err *e, float *out, const float *q, int n_head,
+                       int n_head_kv, const void *k, const void *v, const int32_t *pos, int row0, float scale,
+                       int ncl, int vw)
+{
+    return cuda_launch(c, k_attn_rows<D, F16>, dim3((unsigned)n_head_kv, (unsigned)nr), dim3(32u * (unsigned)G),
+                       smem, e, "attention_rows", out, q, n_head, n_head_kv, k, v, pos, row0, scale, ncl, vw);
+}
+
+static int attn_rows_run(cuda_ctx *c, float *out, const float *q, int nr, int n_head, int n_head_kv, int D,
+                         const void *k, int k_f16, const void *v, int v_f16, const int32_t *pos, int row0,
+                         int n_kv_max, float scale, int *done, err *e)
+{
+    *done = 0;
+    if (c->at_one_row || (D != 64 && D != 128) || !k_f16 != !v_f16 || n_head <= 0 || n_head_kv <= 0 ||
+        n_head % n_head_kv || n_head / n_head_kv > 8 || nr > 65535)
+        return 0;
+    const int G = n_head / n_head_kv, cap = attn_cap(c, n_kv_max);
+    const int ncl = attn_cluster(c, attn_gb(c, cap, n_head, n_head_kv, 1), D, cap);
+    const int per = (((n_kv_max + ncl - 1) / ncl) + 31) & ~31;   /* per grows with the context */
+    const int vw = per > AT_SPREAD;
+    const size_t smem = ar_smem(D, k_f16 ? 2 : 4, G, ncl, vw);
+    if (smem > c->info.smem_per_block_optin) return 0;
+    *done = 1;
+    if (D == 64)
+        return k_f16 ? rows_launch<64, true>(c, G, nr, smem, e, out, q, n_head, n_head_kv, k, v, pos, row0, scale, ncl, vw)
+                     : rows_launch<64, false>(c, G, nr, smem, e, out, q, n_head, n_head_kv, k, v, pos, row0, scale, ncl, vw);
+    return k_f16 ? rows_launch<128, true>(c, G, nr, smem, e, out, q, n_head, n_head_kv, k, v, pos, row0, scale, ncl, vw)
+                 : rows_launch<128, false>(c, G, nr, smem, e, out, q, n_head, n_head_kv, k, v, pos, row0, scale, ncl, vw);
+}
+
+/* k_attn_rows' shared-memory limit, once per context (cuda_open). */
+int cuda_attention_init(cuda_ctx *c, err *e)
+{
+    const int lim = (int)c->info.smem_per_block_optin;
+    const void *fns[4] = { (const void *)k_attn_rows<64, true>, (const void *)k_attn_rows<64, false>,
+                           (const void *)k_attn_rows<128, true>, (const void *)k_attn_rows<128, false> };
+    for (int i = 0; i < 4; i++)
+        if (cuda_fail(e, cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
+                      "cuda_attention_init"))
+            return -1;
+    return 0;
+}
+
+extern "C" void cuda_attention_force_one_row(cuda_ctx *c, int on) { c->at_one_row = on != 0; }
+
 /* The rows split where their context crosses a bucket's end: each part one
  * launch with the one-row shape of its bucket. */
 extern "C" int cuda_attention_rows(cuda_ctx *c, float *out, const float *q, int n_q, int n_head, int n_head_kv,
@@ -1209,8 +1587,12 @@ extern "C" int cuda_attention_rows(cuda_ctx *c, float *out, const float *q, int 
         const int b = cuda_attention_bucket(pos0 + r0 + 1);
         const int64_t end = cuda_attention_bucket_end(b);   /* the last n_kv of the bucket */
         const int nr = (int)(end - (pos0 + r0) < n_q - r0 ? end - (pos0 + r0) : n_q - r0);
-        const int rc = attn_run(c, out + r0 * qd, q + r0 * qd, nr, 1, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16,
-                                pos, r0, pos0 + r0 + nr, scale, at_pro{}, e);
+        int done = 0;
+        int rc = attn_rows_run(c, out + r0 * qd, q + r0 * qd, nr, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos,
+                               r0, pos0 + r0 + nr, scale, &done, e);
+        if (!rc && !done)
+            rc = attn_run(c, out + r0 * qd, q + r0 * qd, nr, 1, n_head, n_head_kv, head_dim, k, k_f16, v, v_f16, pos,
+                          r0, pos0 + r0 + nr, scale, at_pro{}, e);
         if (rc) return rc;
         r0 += nr;
     }
