@@ -867,7 +867,8 @@ static int run_combine_norm(void *p)
  * heads, d 128, f16 caches), cuda_attention_rows by k_attn_rows against
  * the one-row launches it replaced (cuda_attention_force_one_row), for
  * chunks at several positions: 5 alternating rounds of 10 calls each,
- * medians; the two outputs compared by memcmp. */
+ * medians; the two outputs compared by memcmp. `--bench-rows P0 NQ`: only
+ * rows P0 .. P0 + NQ - 1 (P0 + NQ <= 4096, NQ <= 256; e.g. under ncu). */
 typedef struct rows_bench { float *out, *q; void *k, *v; int32_t *pos; int n_q, p0; } rows_bench;
 static int run_rows(void *p)
 {
@@ -880,9 +881,12 @@ static int cmp_float(const void *a, const void *b)
     const float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
 }
-static void bench_rows(void)
+static void bench_rows(int p0, int nq)
 {
-    static const int cases[][2] = { { 0, 192 }, { 0, 256 }, { 192, 192 }, { 512, 256 }, { 1856, 256 }, { 3840, 256 } };
+    static const int all[][2] = { { 0, 192 }, { 0, 256 }, { 192, 192 }, { 512, 256 }, { 1856, 256 }, { 3840, 256 } };
+    const int one[1][2] = { { p0, nq } };
+    const int (*cases)[2] = nq > 0 ? one : all;
+    const size_t n_cases = nq > 0 ? 1 : sizeof all / sizeof all[0];
     enum { QD = 32 * 128, KVD = 4 * 128, NCTX = 4096, ROUNDS = 5 };
     err e = {0};
     float *q = xmalloc(sizeof(float) * QD * 256);
@@ -894,7 +898,7 @@ static void bench_rows(void)
     for (size_t i = 0; i < (size_t)KVD * NCTX; i++) kv[i] = fp32_to_fp16(frand());
     a.v = dev_from(kv, 2 * (size_t)KVD * NCTX);
     float *o1 = xmalloc(sizeof(float) * QD * 256), *o2 = xmalloc(sizeof(float) * QD * 256);
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (size_t c = 0; c < n_cases; c++) {
         a.p0 = cases[c][0];
         a.n_q = cases[c][1];
         cuda_upload(g_cu, a.pos, &a.p0, sizeof a.p0, &e);
@@ -1027,7 +1031,16 @@ int main(int argc, char **argv)
     }
     printf("cuda_layer: device %s\n", cuda_device_name(g_cu));
     if (do_bench || do_rows) {
-        if (do_rows) bench_rows();
+        if (do_rows) {
+            const int p0 = argc > 3 ? atoi(argv[2]) : 0, nq = argc > 3 ? atoi(argv[3]) : 0;
+            if (argc > 3 && (p0 < 0 || nq < 1 || nq > 256 || p0 + nq > 4096)) {
+                fprintf(stderr, "cuda_layer: --bench-rows P0 NQ: rows %s..%s outside 0..4095 or more than 256\n",
+                        argv[2], argv[3]);
+                cuda_close(g_cu);
+                return 2;
+            }
+            bench_rows(p0, nq);
+        }
         else bench();
         cuda_close(g_cu);
         return 0;
