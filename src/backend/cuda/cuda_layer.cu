@@ -1134,7 +1134,8 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
  * ncl is the cluster the one-row launch gets (attn_cluster). D = 64 or
  * 128 with both caches f16 or both f32; other shapes keep the one-row
  * launches (cuda_attention_rows). */
-#define AR_VW 8   /* k_attn's warps (AT_WARPS): the tiles path's virtual warps */
+#define AR_VW AT_WARPS   /* k_attn's warps: the tiles path's virtual warps, the spread path's partial chains */
+static_assert(AR_VW == 8, "k_attn_rows: attn_spread's C = D / 8 dims a warp");
 
 /* Shared memory of a k_attn_rows CTA (bytes): the tiles (2 buffers of K
  * and V, 32 rows of D elements padded by 16 bytes: conflict-free 16-byte
