@@ -68,7 +68,8 @@
  * profiler (bench/cuda/profile.sh).
  * --profile-chunk [PATH] [ROWS [TIMED]]: a prompt of ROWS (192) in chunks,
  * plain launches (bench/cuda/profile.sh PATH chunk); TIMED 1 times it with
- * and without the tensor-core matmul first. */
+ * and without the tensor-core matmul first, TIMED 2 with k_attn_rows and
+ * with one-row attention launches. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
