@@ -1650,18 +1650,13 @@ static int bench_tiered(const char *path, int mode)
 static int profile(const char *path)
 {
     err e = {0};
-    if (ensure_model(path, "30b-a3b", "bench")) return 1;
     cpu_side c;
-    if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "profile: %s\n", e.msg); cpu_close(&c); return 1; }
-    cuda_model *g = NULL;
-    cuda_model_opts go = { .device = 0, .n_ctx = 256, .kv_f16 = 1 };
-    int rc = cuda_model_open(&g, &c.hp, c.w, &go, &e);
+    cuda_model *g;
+    if (bench_model_open(path, "profile", 256, &c, &g)) return 1;
     float *lg = xmalloc(sizeof(float) * (size_t)c.hp.n_vocab);
     int32_t first = 1, out[2];
-    if (!rc) {
-        cuda_model_set_graph(g, 0);
-        rc = cuda_model_eval(g, &first, 1, 0, lg, &e);
-    }
+    cuda_model_set_graph(g, 0);
+    int rc = cuda_model_eval(g, &first, 1, 0, lg, &e);
     if (!rc) rc = cuda_model_greedy(g, argmax2(lg, c.hp.n_vocab, NULL), 1, 2, out, &e);
     if (rc) fprintf(stderr, "profile: %s\n", e.msg);
     else printf("profile: greedy ids %d %d\n", (int)out[0], (int)out[1]);
@@ -1691,20 +1686,15 @@ static int profile_chunk(const char *path, int nr, int timed)
         fprintf(stderr, "profile: TIMED %d is not 0, 1 (dp4a matmuls) or 2 (one-row attention)\n", timed);
         return 2;
     }
-    if (ensure_model(path, "30b-a3b", "bench")) return 1;
     cpu_side c;
-    if (cpu_open(&c, path, 0, 0, 0, &e)) { fprintf(stderr, "profile: %s\n", e.msg); cpu_close(&c); return 1; }
-    cuda_model *g = NULL;
-    cuda_model_opts go = { .device = 0, .n_ctx = 256, .kv_f16 = 1 };
-    int rc = cuda_model_open(&g, &c.hp, c.w, &go, &e);
+    cuda_model *g;
+    if (bench_model_open(path, "profile", 256, &c, &g)) return 1;
     const size_t V = (size_t)c.hp.n_vocab;
     float *lg = xmalloc(sizeof(float) * V), *l2 = xmalloc(sizeof(float) * V);
     int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)nr);
     for (int i = 0; i < nr; i++) ids[i] = (int32_t)((1 + 7919 * (uint32_t)i) % (uint32_t)c.hp.n_vocab);
-    if (!rc) {
-        cuda_model_set_graph(g, 0);
-        rc = cuda_model_eval(g, ids, nr, 0, lg, &e);
-    }
+    cuda_model_set_graph(g, 0);
+    int rc = cuda_model_eval(g, ids, nr, 0, lg, &e);
     if (!rc && timed) {
         double ms[2][3];
         int same = 1;
