@@ -1151,41 +1151,6 @@ __host__ __device__ inline size_t ar_smem(int D, int es, int G, int ncl, int vw)
 
 __device__ __forceinline__ void cp_async_wait_one(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-/* N elements (2, 4 or 8) of a staged row from element d0 as floats, by
- * one vector load (16-byte aligned rows; d0 a multiple of N); ld_vec's
- * conversions. */
-template <int N, bool F16>
-__device__ __forceinline__ void ar_ld(float *f, const uint8_t *row, int d0)
-{
-    if constexpr (F16) {
-        uint32_t w[N / 2];
-        if constexpr (N == 8) {
-            const uint4 r = *(const uint4 *)(row + 2 * d0);
-            w[0] = r.x; w[1] = r.y; w[2] = r.z; w[3] = r.w;
-        } else if constexpr (N == 4) {
-            const uint2 r = *(const uint2 *)(row + 2 * d0);
-            w[0] = r.x; w[1] = r.y;
-        } else {
-            static_assert(N == 2, "ar_ld");
-            w[0] = *(const uint32_t *)(row + 2 * d0);
-        }
-#pragma unroll
-        for (int t = 0; t < N / 2; t++) {
-            const float2 a = __half22float2(*(const __half2 *)&w[t]);
-            f[2 * t] = a.x; f[2 * t + 1] = a.y;
-        }
-    } else if constexpr (N == 2) {
-        const float2 a = *(const float2 *)(row + 4 * d0);
-        f[0] = a.x; f[1] = a.y;
-    } else {
-#pragma unroll
-        for (int t = 0; t < N; t += 4) {
-            const float4 a = *(const float4 *)(row + 4 * (d0 + t));
-            f[t] = a.x; f[t + 1] = a.y; f[t + 2] = a.z; f[t + 3] = a.w;
-        }
-    }
-}
-
 /* 8 dims of the warp's query (shared memory, 16-byte aligned) */
 __device__ __forceinline__ void ar_q8(float *f, const float *q)
 {
@@ -1280,7 +1245,7 @@ k_attn_rows(float *out, const float *q, int n_head, int n_head_kv, const void *_
 #pragma unroll
                 for (int e = 0; e < C; e += 8) {
                     float kf[8], qf[8];
-                    ar_ld<8, F16>(kf, kt + lane * SR, w * C + e);
+                    ld_vec<8>(kf, kt + lane * SR, w * C + e, F16);
                     ar_q8(qf, myq + w * C + e);
 #pragma unroll
                     for (int x = 0; x < 8; x++) pt = fmaf(kf[x], qf[x], pt);
@@ -1302,7 +1267,7 @@ k_attn_rows(float *out, const float *q, int n_head, int n_head_kv, const void *_
                     const int pp = g + NG * i;
                     const float pi = __shfl_sync(0xffffffffu, p, pp);
                     float vv[U];
-                    if (tb + pp < j1) ar_ld<U, F16>(vv, vt + pp * SR, lane * U);
+                    if (tb + pp < j1) ld_vec<U>(vv, vt + pp * SR, lane * U, F16);
                     else
 #pragma unroll
                         for (int u = 0; u < U; u++) vv[u] = 0.0f;
@@ -1335,7 +1300,7 @@ k_attn_rows(float *out, const float *q, int n_head, int n_head_kv, const void *_
 #pragma unroll
                 for (int c8 = 0; c8 < D / 8; c8++) {
                     float kf[8], qf[8];
-                    ar_ld<8, F16>(kf, kt + lane * SR, c8 * 8);
+                    ld_vec<8>(kf, kt + lane * SR, c8 * 8, F16);
                     ar_q8(qf, myq + c8 * 8);
 #pragma unroll
                     for (int x = 0; x < 8; x++) s = fmaf(kf[x], qf[x], s);
@@ -1351,7 +1316,7 @@ k_attn_rows(float *out, const float *q, int n_head, int n_head_kv, const void *_
                 for (int bb = 0; bb < PVB; bb++) {
                     const float pb = __shfl_sync(0xffffffffu, p, t0 + bb);
                     float vv[U];
-                    if (t0 + bb < nv) ar_ld<U, F16>(vv, vt + (t0 + bb) * SR, lane * U);
+                    if (t0 + bb < nv) ld_vec<U>(vv, vt + (t0 + bb) * SR, lane * U, F16);
                     else
 #pragma unroll
                         for (int u = 0; u < U; u++) vv[u] = 0.0f;
