@@ -227,11 +227,11 @@ int cuda_matvec_init(cuda_ctx *c, err *e);
  * enqueues it; cuda_mmq_init raises its shared-memory limit (from
  * cuda_matvec_init). */
 int cuda_mmq_init(cuda_ctx *c, err *e);
+int cuda_mmq_ok(const cuda_ctx *c, const cuda_matmul_args *a, int lg_s);
+int cuda_mmq_run(cuda_ctx *c, const cuda_matmul_args *a, int lg_s, err *e);
 
 /* Defined in cuda_layer.cu: raise k_attn_rows' dynamic shared-memory
  * limit once per context (called by cuda_open). */
 int cuda_attention_init(cuda_ctx *c, err *e);
-int cuda_mmq_ok(const cuda_ctx *c, const cuda_matmul_args *a, int lg_s);
-int cuda_mmq_run(cuda_ctx *c, const cuda_matmul_args *a, int lg_s, err *e);
 
 #endif

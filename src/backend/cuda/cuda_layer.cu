@@ -1151,13 +1151,6 @@ __host__ __device__ inline size_t ar_smem(int D, int es, int G, int ncl, int vw)
 
 __device__ __forceinline__ void cp_async_wait_one(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-/* 8 dims of the warp's query (shared memory, 16-byte aligned) */
-__device__ __forceinline__ void ar_q8(float *f, const float *q)
-{
-    const float4 a = *(const float4 *)q, b = *(const float4 *)(q + 4);
-    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
-}
-
 /* One tile's online-softmax step as k_attn takes it (lane = position):
  * the lane's scaled score (-inf past the slice), the tile's max by xor
  * shuffles, the new running max m, the factor corr the running sums take,
@@ -1246,7 +1239,7 @@ k_attn_rows(float *out, const float *q, int n_head, int n_head_kv, const void *_
                 for (int e = 0; e < C; e += 8) {
                     float kf[8], qf[8];
                     ld_vec<8>(kf, kt + lane * SR, w * C + e, F16);
-                    ar_q8(qf, myq + w * C + e);
+                    ld_vec<8>(qf, myq, w * C + e, 0);
 #pragma unroll
                     for (int x = 0; x < 8; x++) pt = fmaf(kf[x], qf[x], pt);
                 }
@@ -1301,7 +1294,7 @@ k_attn_rows(float *out, const float *q, int n_head, int n_head_kv, const void *_
                 for (int c8 = 0; c8 < D / 8; c8++) {
                     float kf[8], qf[8];
                     ld_vec<8>(kf, kt + lane * SR, c8 * 8, F16);
-                    ar_q8(qf, myq + c8 * 8);
+                    ld_vec<8>(qf, myq, c8 * 8, 0);
 #pragma unroll
                     for (int x = 0; x < 8; x++) s = fmaf(kf[x], qf[x], s);
                 }
