@@ -696,6 +696,27 @@ __device__ __forceinline__ void attn_combine(const at_xfer<GB> &x, float *orow)
     }
 }
 
+/* One tile's online-softmax step of k_attn (and k_attn_rows) (lane = position):
+ * the lane's scaled score (-inf past the slice), the tile's max by xor
+ * shuffles, the new running max m, the factor corr the running sums take,
+ * l updated by the tile's sum (xor shuffles); returns the lane's p. */
+__device__ __forceinline__ float ar_softmax(float s, bool valid, float scale, float &m, float &l, float &corr)
+{
+    const float sv = valid ? s * scale : -INFINITY;
+    float tm = sv;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+    const float mn = fmaxf(m, tm);
+    corr = m == -INFINITY ? 0.0f : expf(m - mn);
+    const float p = valid ? expf(sv - mn) : 0.0f;
+    float ps = p;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+    l = l * corr + ps;
+    m = mn;
+    return p;
+}
+
 /* AT_SPREAD: slices of at most this many positions (a multiple of 32) take
  * attn_spread, longer ones the per-warp tiles. With the buckets' clusters
  * (4 CTAs up to 128 positions, 8 up to 2048, 16 beyond) a row takes the
@@ -816,18 +837,8 @@ __device__ __forceinline__ void attn_spread(const at_slice &a, const at_xfer<GB>
             float s = sp[buf][0][g][lane];
 #pragma unroll
             for (int w = 1; w < AT_WARPS; w++) s += sp[buf][w][g][lane];
-            const float sv = valid ? s * a.scale : -INFINITY;
-            float tm = sv;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
-            const float mn = fmaxf(m[g], tm);   /* finite: lane 0 is valid */
-            const float corr = m[g] == -INFINITY ? 0.0f : expf(m[g] - mn);
-            p[g] = valid ? expf(sv - mn) : 0.0f;
-            float ps = p[g];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-            l[g] = l[g] * corr + ps;
-            m[g] = mn;
+            float corr;   /* the new max is finite: lane 0 is valid */
+            p[g] = ar_softmax(s, valid, a.scale, m[g], l[g], corr);
 #pragma unroll
             for (int u = 0; u < 4; u++) acc[g][u] *= corr;
         }
@@ -1000,18 +1011,8 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
         /* online softmax per head */
 #pragma unroll
         for (int g = 0; g < GB; g++) {
-            const float sv = valid ? s[g] * scale : -INFINITY;
-            float tm = sv;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
-            const float mn = fmaxf(m[g], tm);   /* finite: lane 0 is valid */
-            const float corr = m[g] == -INFINITY ? 0.0f : expf(m[g] - mn);
-            const float p = valid ? expf(sv - mn) : 0.0f;
-            float ps = p;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-            l[g] = l[g] * corr + ps;
-            m[g] = mn;
+            float corr;   /* the new max is finite: lane 0 is valid */
+            const float p = ar_softmax(s[g], valid, scale, m[g], l[g], corr);
 #pragma unroll
             for (int u = 0; u < UM; u++) acc[g][u] *= corr;
             sp[warp][g][lane] = p;
@@ -1150,27 +1151,6 @@ __host__ __device__ inline size_t ar_smem(int D, int es, int G, int ncl, int vw)
 }
 
 __device__ __forceinline__ void cp_async_wait_one(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-
-/* One tile's online-softmax step as k_attn takes it (lane = position):
- * the lane's scaled score (-inf past the slice), the tile's max by xor
- * shuffles, the new running max m, the factor corr the running sums take,
- * l updated by the tile's sum (xor shuffles); returns the lane's p. */
-__device__ __forceinline__ float ar_softmax(float s, bool valid, float scale, float &m, float &l, float &corr)
-{
-    const float sv = valid ? s * scale : -INFINITY;
-    float tm = sv;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
-    const float mn = fmaxf(m, tm);
-    corr = m == -INFINITY ? 0.0f : expf(m - mn);
-    const float p = valid ? expf(sv - mn) : 0.0f;
-    float ps = p;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-    l = l * corr + ps;
-    m = mn;
-    return p;
-}
 
 template <int D, bool F16>
 __global__ void __launch_bounds__(256)
