@@ -62,4 +62,18 @@ static inline double nmse(const float *a, const float *r, size_t n)
     return den > 0 ? num / den : num;
 }
 
+static inline int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* the median of v[0..n) (sorts v; n even: the mean of the middle two) */
+static inline float median_float(float *v, int n)
+{
+    if (n <= 0) return 0.0f;
+    qsort(v, (size_t)n, sizeof *v, cmp_float);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 #endif

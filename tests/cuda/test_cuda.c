@@ -1116,12 +1116,6 @@ TEST(test_errors)
 
 /* ==== bench ==== */
 
-static int cmp_float(const void *a, const void *b)
-{
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 #define BENCH_REPS 20
 
 /* median ms of BENCH_REPS timed runs after 3 warm-ups */
@@ -1136,8 +1130,7 @@ static float bench_median(bench_fn fn, void *arg)
         fn(arg);
         if (cuda_timer_end(g_cu, &t[i], &e)) { fprintf(stderr, "bench: %s\n", e.msg); exit(2); }
     }
-    qsort(t, BENCH_REPS, sizeof(float), cmp_float);
-    return (t[BENCH_REPS / 2 - 1] + t[BENCH_REPS / 2]) / 2;
+    return median_float(t, BENCH_REPS);
 }
 
 typedef struct { const void *buf; size_t bytes; uint32_t *sink; void *dst; } bw_arg;
