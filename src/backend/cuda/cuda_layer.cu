@@ -717,6 +717,11 @@ __device__ __forceinline__ float ar_softmax(float s, bool valid, float scale, fl
     return p;
 }
 
+/* The positions of a context of n_kv a cluster of ncl CTAs gives each
+ * (its slices: a multiple of 32, the last ones short or empty); k_attn's
+ * and k_attn_rows' slicing, and the host's bound on it. */
+__host__ __device__ __forceinline__ int at_per(int n_kv, int ncl) { return ((n_kv + ncl - 1) / ncl + 31) & ~31; }
+
 /* AT_SPREAD: slices of at most this many positions (a multiple of 32) take
  * attn_spread, longer ones the per-warp tiles. With the buckets' clusters
  * (4 CTAs up to 128 positions, 8 up to 2048, 16 beyond) a row takes the
@@ -920,8 +925,7 @@ k_attn(float *out, const float *q, int n_head, int n_head_kv, int d_rt, const vo
     const size_t hoff = (size_t)hk * D;
     const int kes = kf16 ? 2 : 4, ves = vf16 ? 2 : 4;
 
-    int per = (n_kv + ncl - 1) / ncl;
-    per = (per + 31) & ~31;
+    const int per = at_per(n_kv, ncl);
     const int j0 = min(rank * per, n_kv), j1 = min(j0 + per, n_kv);
     for (int j = j0 + tid; j < j1; j += AT_THREADS) {
         prefetch_span((const char *)kc + ((size_t)j * rs + hoff) * kes, D * kes);
@@ -1165,8 +1169,7 @@ k_attn_rows(float *out, const float *q, int n_head, int n_head_kv, const void *_
     const int G = (int)(blockDim.x >> 5), tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int hk = (int)blockIdx.x, row = (int)blockIdx.y, h = hk * G + warp;
     const int n_kv = __ldcg(pos) + row0 + row + 1;
-    int per = (n_kv + ncl - 1) / ncl;
-    per = (per + 31) & ~31;
+    const int per = at_per(n_kv, ncl);
     const bool spread = per <= AT_SPREAD;
     const size_t rs = (size_t)n_head_kv * D, hoff = (size_t)hk * D;
     const int nvw = vw ? AR_VW : 0;
@@ -1486,7 +1489,7 @@ static int attn_rows_run(cuda_ctx *c, float *out, const float *q, int nr, int n_
         return 0;
     const int G = n_head / n_head_kv, cap = attn_cap(c, n_kv_max);
     const int ncl = attn_cluster(c, attn_gb(c, cap, n_head, n_head_kv, 1), D, cap);
-    const int per = (((n_kv_max + ncl - 1) / ncl) + 31) & ~31;   /* per grows with the context */
+    const int per = at_per(n_kv_max, ncl);   /* per grows with the context */
     const int vw = per > AT_SPREAD;
     const size_t smem = ar_smem(D, k_f16 ? 2 : 4, G, ncl, vw);
     if (smem > c->info.smem_per_block_optin) return 0;
