@@ -1464,51 +1464,47 @@ extern "C" int cuda_attention_decode(cuda_ctx *c, float *out, const float *q, in
                     at_pro{}, e);
 }
 
+/* k_attn_rows by head_dim (64, 128) and caches (f32, f16): one launch
+ * signature, one table for the launch and for the init */
+typedef void (*ar_fn)(float *, const float *, int, int, const void *, const void *, const int32_t *, int, float, int,
+                      int);
+static const ar_fn ar_kernels[2][2] = {
+    { k_attn_rows<64, false>, k_attn_rows<64, true> },
+    { k_attn_rows<128, false>, k_attn_rows<128, true> },
+};
+
 /* The rows of one bucket by k_attn_rows (*done = 1), when the shape has
  * it (head_dim 64 or 128, both caches f16 or both f32, a group of at most
  * 8 heads, its shared memory within the device's) and
  * cuda_attention_force_one_row is off; else *done = 0 and nothing is
  * launched. ncl: the cluster of the one-row launch (n_q_grid 1) for the
  * bucket's bound n_kv_max. */
-template <int D, bool F16>
-static int rows_launch(cuda_ctx *c, int G, int nr, size_t smem, err *e, float *out, const float *q, int n_head,
-                       int n_head_kv, const void *k, const void *v, const int32_t *pos, int row0, float scale,
-                       int ncl, int vw)
-{
-    return cuda_launch(c, k_attn_rows<D, F16>, dim3((unsigned)n_head_kv, (unsigned)nr), dim3(32u * (unsigned)G),
-                       smem, e, "attention_rows", out, q, n_head, n_head_kv, k, v, pos, row0, scale, ncl, vw);
-}
-
 static int attn_rows_run(cuda_ctx *c, float *out, const float *q, int nr, int n_head, int n_head_kv, int D,
                          const void *k, int k_f16, const void *v, int v_f16, const int32_t *pos, int row0,
                          int n_kv_max, float scale, int *done, err *e)
 {
     *done = 0;
     if (c->at_one_row || (D != 64 && D != 128) || !k_f16 != !v_f16 || n_head <= 0 || n_head_kv <= 0 ||
-        n_head % n_head_kv || n_head / n_head_kv > 8 || nr > 65535)
+        n_head % n_head_kv || n_head / n_head_kv > 8)
         return 0;
     const int G = n_head / n_head_kv, cap = attn_cap(c, n_kv_max);
     const int ncl = attn_cluster(c, attn_gb(c, cap, n_head, n_head_kv, 1), D, cap);
-    const int per = at_per(n_kv_max, ncl);   /* per grows with the context */
-    const int vw = per > AT_SPREAD;
+    const int vw = at_per(n_kv_max, ncl) > AT_SPREAD;   /* the slice grows with the context */
     const size_t smem = ar_smem(D, k_f16 ? 2 : 4, G, ncl, vw);
     if (smem > c->info.smem_per_block_optin) return 0;
     *done = 1;
-    if (D == 64)
-        return k_f16 ? rows_launch<64, true>(c, G, nr, smem, e, out, q, n_head, n_head_kv, k, v, pos, row0, scale, ncl, vw)
-                     : rows_launch<64, false>(c, G, nr, smem, e, out, q, n_head, n_head_kv, k, v, pos, row0, scale, ncl, vw);
-    return k_f16 ? rows_launch<128, true>(c, G, nr, smem, e, out, q, n_head, n_head_kv, k, v, pos, row0, scale, ncl, vw)
-                 : rows_launch<128, false>(c, G, nr, smem, e, out, q, n_head, n_head_kv, k, v, pos, row0, scale, ncl, vw);
+    return cuda_launch(c, ar_kernels[D == 128][k_f16 != 0], dim3((unsigned)n_head_kv, (unsigned)nr),
+                       dim3(32u * (unsigned)G), smem, e, "attention_rows", out, q, n_head, n_head_kv, k, v, pos, row0,
+                       scale, ncl, vw);
 }
 
 /* k_attn_rows' shared-memory limit, once per context (cuda_open). */
 int cuda_attention_init(cuda_ctx *c, err *e)
 {
     const int lim = (int)c->info.smem_per_block_optin;
-    const void *fns[4] = { (const void *)k_attn_rows<64, true>, (const void *)k_attn_rows<64, false>,
-                           (const void *)k_attn_rows<128, true>, (const void *)k_attn_rows<128, false> };
     for (int i = 0; i < 4; i++)
-        if (cuda_fail(e, cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, lim),
+        if (cuda_fail(e, cudaFuncSetAttribute(ar_kernels[i / 2][i % 2], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              lim),
                       "cuda_attention_init"))
             return -1;
     return 0;
